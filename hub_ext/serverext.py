@@ -1,0 +1,30 @@
+"""ScaleLab's jupyter_server extension, loaded by every user's single-user server.
+
+Enabled by the file ``etc/jupyter/jupyter_server_config.d/scalelab.json`` that the package
+installs. At server start it copies the course labs into the server's root folder (the
+student's home).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scalelab.hub_ext.labs import distribute_labs
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "scalelab.hub_ext.serverext"}]
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    try:
+        copied = distribute_labs(serverapp.root_dir)
+    except OSError as exc:
+        serverapp.log.error(
+            "ScaleLab could not copy the course labs into %s: %s", serverapp.root_dir, exc
+        )
+        return
+    if copied:
+        serverapp.log.info(
+            "ScaleLab copied the course labs into %s: %s", serverapp.root_dir, ", ".join(copied)
+        )

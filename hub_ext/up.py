@@ -1,0 +1,360 @@
+"""``scalelab up``: a whole course hub on one machine, from embedded defaults.
+
+It prepares the state folder (kernelspecs, homes, the local store), takes a lock so that only one
+``scalelab up`` uses that folder, starts JupyterHub in a child process with the configuration of
+:mod:`scalelab.hub_ext.hubconfig`, waits until the hub answers, and prints the URL and the
+password. Ctrl-C (SIGINT) or SIGTERM stops the hub, which stops every server it started; anything
+still alive after that is terminated, so no process is left behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import psutil
+from scalelab.hub_ext.hubconfig import UpSettings, config_file_text, kernelspec_dir
+from scalelab.kernels.specs import install_kernelspecs
+from scalelab.store import StoreError, missing_datasets, open_store
+
+from scalelab import envvars
+
+#: Seconds ``scalelab up`` waits for the hub to answer before it gives up.
+READY_TIMEOUT_S = 180
+#: Seconds the hub gets to stop its servers after SIGTERM before it is killed.
+STOP_TIMEOUT_S = 120
+#: Minimum password length (JupyterHub's SharedPasswordAuthenticator rule).
+MIN_PASSWORD_LENGTH = 8
+
+
+class UpError(Exception):
+    """A problem ``scalelab up`` reports in one message, without a traceback."""
+
+
+def default_state_dir() -> Path:
+    """``$SCALELAB_STATE_DIR``, else ``$XDG_DATA_HOME/scalelab`` (``~/.local/share/scalelab``)."""
+    if os.environ.get(envvars.STATE_DIR):
+        return Path(os.environ[envvars.STATE_DIR]).expanduser()
+    data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data_home) / "scalelab"
+
+
+def default_store_url(state_dir: Path) -> str:
+    """The embedded course store: the folder ``<state dir>/store`` as a ``file://`` URL."""
+    return (state_dir.resolve() / "store").as_uri()
+
+
+def find_proxy() -> list[str]:
+    """argv of configurable-http-proxy: on PATH or beside this Python (``.venv/bin``).
+
+    Raises
+    ------
+    UpError
+        It is not installed.
+    """
+    search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    found = shutil.which("configurable-http-proxy", path=search)
+    if not found:
+        raise UpError(
+            "configurable-http-proxy was not found on PATH or beside this Python. Install it with "
+            "./install.sh (it runs `npm ci`), or `npm install -g configurable-http-proxy`."
+        )
+    return [found]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def check_port_free(ip: str, port: int) -> None:
+    """Raise :class:`UpError` naming the port if something already listens on ``ip:port``."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((ip, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise UpError(f"cannot listen on {ip}:{port}: {exc.strerror}") from None
+            raise UpError(
+                f"port {port} on {ip} is already in use by another program (another JupyterHub or "
+                f"ScaleLab with another state folder?). Stop it, or choose a port with --port."
+            ) from None
+
+
+@dataclass
+class StateLock:
+    """An exclusive lock on a state folder (``flock`` on ``<state>/scalelab-up.lock``).
+
+    The lock file holds the owner's pid and URL, so a second ``scalelab up`` can say who runs.
+    The kernel releases the lock when the owner exits, however it exits.
+    """
+
+    path: Path
+    _file: IO[str] | None = None
+
+    def acquire(self, url: str) -> None:
+        """Take the lock.
+
+        Raises
+        ------
+        UpError
+            Another process holds it; the message gives its pid and URL.
+        """
+        handle = open(self.path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            try:
+                owner = json.loads(handle.read() or "{}")
+            except json.JSONDecodeError:
+                owner = {}
+            handle.close()
+            raise UpError(
+                f"ScaleLab is already running from {self.path.parent} "
+                f"(pid {owner.get('pid', '?')}, {owner.get('url', 'URL unknown')}). "
+                "Use that hub, or stop it with Ctrl-C in its terminal first."
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps({"pid": os.getpid(), "url": url}))
+        handle.flush()
+        self._file = handle
+
+    def release(self) -> None:
+        """Release the lock (also released at exit)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def resolve_password(given: str | None) -> tuple[str, bool]:
+    """The login password: ``given``, else ``$SCALELAB_PASSWORD``, else a generated one.
+
+    Returns
+    -------
+    (password, generated)
+
+    Raises
+    ------
+    UpError
+        The password has fewer than 8 characters.
+    """
+    password = given or os.environ.get(envvars.PASSWORD) or ""
+    if not password:
+        return secrets.token_urlsafe(12), True
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise UpError(f"the password must have at least {MIN_PASSWORD_LENGTH} characters.")
+    return password, False
+
+
+def data_hint(store_url: str) -> str | None:
+    """A line telling the operator which data sets are missing and how to fetch them, or None."""
+    try:
+        missing = missing_datasets(open_store(store_url))
+    except (StoreError, OSError) as exc:
+        return f"The course store {store_url} cannot be read: {exc}"
+    if not missing:
+        return None
+    return (
+        f"The course data sets are not in the store yet: {', '.join(missing)}. Fetch them with\n"
+        f"  scalelab data fetch {' '.join(missing)}    (add --mirror DIR for a local copy)"
+    )
+
+
+def _wait_ready(url: str, proc: subprocess.Popen, stop: threading.Event) -> bool:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline and not stop.is_set():
+        if proc.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(f"{url}hub/api/", timeout=2) as response:
+                if response.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError):
+            pass
+        stop.wait(0.5)
+    return False
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _stop_tree(proc: subprocess.Popen, stop: threading.Event, known: list[psutil.Process]) -> None:
+    """SIGTERM the hub (which stops its servers and proxy), then end whatever survived.
+
+    ``known`` are descendants seen earlier, so that servers orphaned by a dead hub end too.
+    """
+    tree = {p.pid: p for p in [*known, *_descendants(proc.pid)]}.values()
+    if proc.poll() is None:
+        stop.clear()  # a second Ctrl-C while we wait means: stop now
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while proc.poll() is None and time.monotonic() < deadline and not stop.is_set():
+            time.sleep(0.2)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    survivors = [p for p in tree if p.is_running()]
+    for p in survivors:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(survivors, timeout=5)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def _log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def run_up(
+    state_dir: Path,
+    *,
+    ip: str = "127.0.0.1",
+    port: int = 8000,
+    password: str | None = None,
+    store_url: str | None = None,
+    operator_config: str | None = None,
+    out: IO[str] = sys.stdout,
+) -> int:
+    """Run the course hub until Ctrl-C or SIGTERM.
+
+    Returns
+    -------
+    int
+        Exit status: 0 after a clean stop, 1 when the hub failed to start or died.
+
+    Raises
+    ------
+    UpError
+        Before anything started: the state folder is in use, the port is taken, the proxy is
+        missing, the password is too short, or the operator's config file does not exist.
+    """
+    state_dir = state_dir.expanduser().resolve()
+    url = f"http://{ip}:{port}/"
+    if operator_config and not Path(operator_config).is_file():
+        raise UpError(f"the config file {operator_config} does not exist.")
+    for sub in ("homes", "logs"):
+        (state_dir / sub).mkdir(parents=True, exist_ok=True)
+    lock = StateLock(state_dir / "scalelab-up.lock")
+    lock.acquire(url)
+    try:
+        check_port_free(ip, port)
+        password, generated = resolve_password(password)
+        settings = UpSettings(
+            state_dir=str(state_dir),
+            store_url=store_url or default_store_url(state_dir),
+            proxy_command=find_proxy(),
+            hub_port=free_port(),
+            proxy_api_port=free_port(),
+            ip=ip,
+            port=port,
+            hub_id=secrets.token_hex(8),
+        )
+        install_kernelspecs(kernelspec_dir(state_dir))
+        config_path = state_dir / "jupyterhub_config.py"
+        config_path.write_text(config_file_text(settings, operator_config))
+        hint = data_hint(settings.store_url)
+        return _serve(settings, config_path, password, generated, hint, out)
+    finally:
+        lock.release()
+
+
+def _serve(
+    settings: UpSettings,
+    config_path: Path,
+    password: str,
+    generated: bool,
+    hint: str | None,
+    out: IO[str],
+) -> int:
+    state_dir = Path(settings.state_dir)
+    url = f"http://{settings.ip}:{settings.port}/"
+    log_path = state_dir / "logs" / "jupyterhub.log"
+    env = {**os.environ, envvars.PASSWORD: password}
+    stop = threading.Event()
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    known: list[psutil.Process] = []
+    print(f"Starting ScaleLab's hub (log: {log_path}) ...", file=out, flush=True)
+    try:
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "jupyterhub", "-f", str(config_path)],
+                cwd=state_dir,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C reaches us; we stop the hub in order
+            )
+        try:
+            if not _wait_ready(url, proc, stop):
+                if stop.is_set():
+                    return 0
+                print(
+                    f"The hub did not start. Last lines of {log_path}:\n{_log_tail(log_path)}",
+                    file=out,
+                )
+                return 1
+            if hint:
+                print(hint, file=out)
+            print(f"\nScaleLab is running at {url}", file=out)
+            print(f"  Log in with any user name and the password: {password}", file=out)
+            if generated:
+                print(
+                    "  (generated for this run; set SCALELAB_PASSWORD or --password to choose it)",
+                    file=out,
+                )
+            print(f"  Course store: {settings.store_url}", file=out)
+            print(
+                "  Press Ctrl-C to stop the hub and every server it started.", file=out, flush=True
+            )
+            while not stop.is_set() and proc.poll() is None:
+                known = _descendants(proc.pid) or known
+                stop.wait(2)
+            if proc.poll() is not None:
+                print(
+                    f"The hub exited unexpectedly. Last lines of {log_path}:\n"
+                    + _log_tail(log_path),
+                    file=out,
+                )
+                return 1
+            print("Stopping ScaleLab: servers, proxy, hub ...", file=out, flush=True)
+            return 0
+        finally:
+            _stop_tree(proc, stop, known)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

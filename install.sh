@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs everything ScaleLab needs on Debian 12 (or Ubuntu); safe to re-run, and fast when
+# nothing changed. Python packages go into .venv/, configurable-http-proxy into node_modules/.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+say() { printf '\033[1m[install]\033[0m %s\n' "$*"; }
+as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
+
+# 1. Debian packages: Java for Spark, BLAS/LAPACK for Spark ML, Chromium for the browser tests,
+#    the Fashion-MNIST data set package (one of `scalelab data fetch`'s sources), Node.js for the proxy.
+debs=(openjdk-17-jre-headless libblas3 liblapack3 chromium dataset-fashion-mnist)
+command -v npm >/dev/null || debs+=(nodejs npm)
+missing=()
+for pkg in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  say "apt-get install ${missing[*]}"
+  as_root apt-get update -q
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# 2. Python packages in a virtual environment (Python 3.11 or newer).
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
+  echo "ScaleLab needs Python 3.11 or newer; python3 is $(python3 --version)" >&2; exit 1; }
+[[ -x .venv/bin/python ]] || { say "creating .venv"; python3 -m venv .venv; }
+stamp=.venv/.scalelab-install-stamp
+want=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
+if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+  say "pip install -e .[kernels,test] (first time: several minutes)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[kernels,test]"
+  echo "$want" > "$stamp"
+fi
+
+# 3. configurable-http-proxy, pinned by package-lock.json; linked beside the venv's Python.
+if [[ ! -x node_modules/.bin/configurable-http-proxy || package-lock.json -nt node_modules/.package-lock.json ]]; then
+  say "npm ci (configurable-http-proxy)"
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+ln -sf ../../node_modules/.bin/configurable-http-proxy .venv/bin/configurable-http-proxy
+
+# 4. Enable ScaleLab's jupyter_server extension in the venv (what a wheel install puts there).
+install -D -m 644 hub_ext/jupyter-config/scalelab.json \
+  .venv/etc/jupyter/jupyter_server_config.d/scalelab.json
+say "ready: .venv/bin/scalelab"

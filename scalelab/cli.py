@@ -1,0 +1,139 @@
+"""The ``scalelab`` command: ``up``, ``data fetch``, ``kernels install``.
+
+Errors that a user can fix are printed as one line, ``scalelab: error: ...``, with exit status 2
+(bad usage or configuration) or 1 (a data set could not be fetched); never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from scalelab import __version__, envvars
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scalelab", description="ScaleLab: a course hub for deep learning on big data."
+    )
+    parser.add_argument("--version", action="version", version=f"scalelab {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="run a course hub on this machine (embedded defaults)")
+    up.add_argument(
+        "--state-dir",
+        type=Path,
+        help="hub database, homes, local store "
+        "(default: $SCALELAB_STATE_DIR or ~/.local/share/scalelab)",
+    )
+    up.add_argument(
+        "--ip", default="127.0.0.1", help="address to serve on (default: 127.0.0.1, loopback only)"
+    )
+    up.add_argument("--port", type=int, default=8000, help="port to serve on (default: 8000)")
+    up.add_argument(
+        "--password",
+        help="login password (default: $SCALELAB_PASSWORD, else generated and printed)",
+    )
+    up.add_argument("--store", help="course store URL (default: <state dir>/store as file://)")
+    up.add_argument("--config", help="your jupyterhub_config.py, loaded after ScaleLab's defaults")
+
+    data = sub.add_parser("data", help="course data sets")
+    data_sub = data.add_subparsers(dest="data_command", required=True)
+    fetch = data_sub.add_parser("fetch", help="put data sets into the course store, checksummed")
+    fetch.add_argument("names", nargs="+", metavar="NAME", help="fashion-mnist, millionsong")
+    fetch.add_argument(
+        "--mirror",
+        help=f"folder laid out like shared/data, tried first (default: ${envvars.DATA_MIRROR})",
+    )
+    fetch.add_argument(
+        "--store",
+        help=f"course store URL (default: ${envvars.STORE_URL}, else scalelab up's store)",
+    )
+    fetch.add_argument(
+        "--state-dir", type=Path, help="scalelab up's state folder, for its default store"
+    )
+    fetch.add_argument(
+        "--no-download",
+        action="store_true",
+        help="never try the upstream addresses (air-gapped hosts)",
+    )
+
+    kernels = sub.add_parser("kernels", help="ScaleLab's kernelspecs")
+    kernels_sub = kernels.add_subparsers(dest="kernels_command", required=True)
+    install = kernels_sub.add_parser(
+        "install", help="write the PySpark, TensorFlow and PyTorch kernelspecs"
+    )
+    install.add_argument(
+        "--prefix",
+        default=sys.prefix,
+        help="install under PREFIX/share/jupyter (default: this Python's prefix)",
+    )
+    return parser
+
+
+def _up(args: argparse.Namespace) -> int:
+    from scalelab.hub_ext.up import default_state_dir, run_up
+
+    return run_up(
+        args.state_dir or default_state_dir(),
+        ip=args.ip,
+        port=args.port,
+        password=args.password,
+        store_url=args.store,
+        operator_config=args.config,
+    )
+
+
+def _data_fetch(args: argparse.Namespace) -> int:
+    from scalelab.hub_ext.up import default_state_dir, default_store_url
+    from scalelab.store import DATASETS, fetch_dataset, open_store
+
+    unknown = [n for n in args.names if n not in DATASETS]
+    if unknown:
+        raise UsageError(f"unknown data set(s): {', '.join(unknown)}; known: {', '.join(DATASETS)}")
+    store_url = (
+        args.store
+        or os.environ.get(envvars.STORE_URL)
+        or default_store_url(args.state_dir or default_state_dir())
+    )
+    mirror = args.mirror or os.environ.get(envvars.DATA_MIRROR)
+    if mirror and not Path(mirror).is_dir():
+        raise UsageError(f"the mirror folder {mirror} does not exist")
+    fs = open_store(store_url)
+    print(f"Course store: {store_url}")
+    for name in dict.fromkeys(args.names):
+        fetch_dataset(DATASETS[name], fs, mirror=mirror, download=not args.no_download)
+    return 0
+
+
+def _kernels_install(args: argparse.Namespace) -> int:
+    from scalelab.kernels import install_kernelspecs
+
+    for path in install_kernelspecs(Path(args.prefix) / "share" / "jupyter"):
+        print(f"installed {path}")
+    return 0
+
+
+class UsageError(Exception):
+    """Bad arguments: printed as ``scalelab: error: ...``, exit status 2."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``scalelab`` console script; returns the exit status."""
+    from scalelab.hub_ext.up import UpError
+    from scalelab.store import StoreError
+
+    args = _parser().parse_args(argv)
+    handlers = {"up": _up, "data": _data_fetch, "kernels": _kernels_install}
+    try:
+        return handlers[args.command](args)
+    except (UsageError, UpError) as exc:
+        print(f"scalelab: error: {exc}", file=sys.stderr)
+        return 2
+    except StoreError as exc:
+        print(f"scalelab: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,22 @@
+"""Names of the environment variables that carry the hub's configuration into servers and kernels.
+
+One setting keeps one name along the whole path: the trait ``ScaleLabSpawner.store_url`` becomes
+``SCALELAB_STORE_URL`` in the single-user server, where the server extension and kernels read it.
+"""
+
+#: Course store URL (``ScaleLabSpawner.store_url``), e.g. ``file:///srv/course`` or ``hdfs://nn:8020/course``.
+STORE_URL = "SCALELAB_STORE_URL"
+#: The store's fsspec ``storage_options`` as a JSON object (``ScaleLabSpawner.store_options``).
+STORE_OPTIONS = "SCALELAB_STORE_OPTIONS"
+#: Spark master of the PySpark kernel (``ScaleLabSpawner.spark_master``), e.g. ``local[*]``.
+SPARK_MASTER = "SCALELAB_SPARK_MASTER"
+#: Spark driver memory (``ScaleLabSpawner.spark_driver_memory``), a JVM size such as ``2g``.
+SPARK_DRIVER_MEMORY = "SCALELAB_SPARK_DRIVER_MEMORY"
+#: NVML UUIDs of the GPUs the server holds, comma-separated; empty for CPU only.
+GPUS = "SCALELAB_GPUS"
+#: A folder laid out like ``shared/data`` that ``scalelab data fetch`` tries first.
+DATA_MIRROR = "SCALELAB_DATA_MIRROR"
+#: ``scalelab up``'s state folder (hub database, users' homes, the local store).
+STATE_DIR = "SCALELAB_STATE_DIR"
+#: Password of ``scalelab up``'s demo login; generated when unset.
+PASSWORD = "SCALELAB_PASSWORD"

@@ -1,0 +1,74 @@
+"""Pure functions: the hub's configuration -> a single-user server's environment and arguments.
+
+Each setting keeps one name along the whole path: ``ScaleLabSpawner.store_url`` becomes
+``SCALELAB_STORE_URL`` in the server, which the server extension and the kernels read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from scalelab.kernels.specs import KERNEL_NAMES
+
+from scalelab import envvars
+
+
+def server_environment(
+    *,
+    store_url: str,
+    store_options: Mapping[str, Any],
+    spark_master: str,
+    spark_driver_memory: str,
+    gpu_uuids: Sequence[str] = (),
+    jupyter_path: Iterable[str] = (),
+    inherited_jupyter_path: str = "",
+) -> dict[str, str]:
+    """Environment variables ScaleLab adds to a single-user server.
+
+    Parameters
+    ----------
+    store_url, store_options
+        The course store (``ScaleLabSpawner.store_url`` / ``.store_options``).
+    spark_master, spark_driver_memory
+        Spark settings for the PySpark kernel, e.g. ``"local[*]"`` and ``"2g"``.
+    gpu_uuids
+        NVML UUIDs of the GPUs the server holds; empty for a CPU-only server.
+    jupyter_path
+        Folders with ScaleLab's kernelspecs (``<dir>/kernels/<name>/kernel.json``), put first on
+        ``JUPYTER_PATH``.
+    inherited_jupyter_path
+        ``JUPYTER_PATH`` the server would otherwise get, kept after ScaleLab's folders.
+
+    Returns
+    -------
+    dict
+        ``SCALELAB_*`` variables, ``CUDA_VISIBLE_DEVICES`` (GPU UUIDs, comma-separated, or ``""``
+        which hides every GPU) and ``JUPYTER_PATH``.
+    """
+    paths = [*jupyter_path, *filter(None, inherited_jupyter_path.split(os.pathsep))]
+    env = {
+        envvars.STORE_URL: store_url,
+        envvars.STORE_OPTIONS: json.dumps(dict(store_options), sort_keys=True),
+        envvars.SPARK_MASTER: spark_master,
+        envvars.SPARK_DRIVER_MEMORY: spark_driver_memory,
+        envvars.GPUS: ",".join(gpu_uuids),
+        "CUDA_VISIBLE_DEVICES": ",".join(gpu_uuids),
+    }
+    if paths:
+        env["JUPYTER_PATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
+def server_args(kernel_names: Iterable[str] = KERNEL_NAMES) -> list[str]:
+    """Command-line arguments ScaleLab adds to ``jupyterhub-singleuser``.
+
+    Returns
+    -------
+    list of str
+        Restricts the server's kernels to ScaleLab's kernelspecs, so the launcher shows exactly
+        "PySpark", "TensorFlow" and "PyTorch".
+    """
+    return [f"--KernelSpecManager.allowed_kernelspecs={name}" for name in kernel_names]

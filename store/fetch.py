@@ -1,0 +1,256 @@
+"""``scalelab data fetch``: put the course data sets into the store, checked and complete.
+
+Sources are tried in order: a mirror folder (``--mirror`` or ``SCALELAB_DATA_MIRROR``, laid out
+like ``shared/data``), the Debian package's folder (``/usr/share/datasets/...``), then the upstream
+address. A source that lacks a file is skipped; a source whose file fails its SHA-256 check is
+refused with an error naming the file, and nothing is written to the store.
+
+The store only ever holds complete data sets: files are staged under ``datasets/.staging/``,
+moved into ``datasets/<name>/``, and ``MANIFEST.json`` is written last. A data set whose manifest
+is present and current is left alone, so a re-run does nothing.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from fsspec import AbstractFileSystem
+from scalelab.store.catalog import DATASETS, DatasetSpec, FileSpec
+from scalelab.store.errors import ChecksumError, DataSourceError
+from scalelab.store.shards import CONVERTERS, iter_files
+
+#: Name of the file that marks a complete data set in the store.
+MANIFEST = "MANIFEST.json"
+#: Seconds to wait for an upstream server before trying the next source.
+DOWNLOAD_TIMEOUT_S = 30
+_CHUNK = 1 << 20
+
+
+def dataset_dir(spec: DatasetSpec) -> str:
+    """Store path of a data set: ``datasets/<name>``."""
+    return f"datasets/{spec.name}"
+
+
+def is_present(fs: AbstractFileSystem, spec: DatasetSpec) -> bool:
+    """True when the store holds the complete current layout of ``spec`` (manifest and files)."""
+    path = f"{dataset_dir(spec)}/{MANIFEST}"
+    if not fs.exists(path):
+        return False
+    try:
+        manifest = json.loads(fs.cat_file(path))
+    except (ValueError, OSError):
+        return False
+    if manifest.get("layout_version") != spec.layout_version:
+        return False
+    return all(fs.exists(f"{dataset_dir(spec)}/{rel}") for rel in manifest.get("files", {}))
+
+
+def missing_datasets(fs: AbstractFileSystem) -> list[str]:
+    """Names of the course data sets that the store lacks (or holds incomplete)."""
+    return [name for name, spec in DATASETS.items() if not is_present(fs, spec)]
+
+
+def sha256_file(path: Path, *, decompress: bool = False) -> str:
+    """SHA-256 (hex) of a file's bytes, or of its gzip-decompressed bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    opener = gzip.open if decompress else open
+    with opener(path, "rb") as stream:
+        while chunk := stream.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify(path: Path, spec: FileSpec) -> None:
+    """Check a file against its known SHA-256.
+
+    A file passes when its bytes match the upstream SHA-256, or, for ``.gz`` files, when its
+    decompressed bytes match ``spec.content_sha256`` (Debian rewrites gzip headers).
+
+    Raises
+    ------
+    ChecksumError
+        Neither matches; the message gives the expected and actual digests.
+    """
+    actual = sha256_file(path)
+    if actual == spec.sha256:
+        return
+    detail = f"its SHA-256 is {actual}, expected {spec.sha256}"
+    if spec.content_sha256:
+        try:
+            content = sha256_file(path, decompress=True)
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            detail += f"; it is not a readable gzip file ({exc})"
+        else:
+            if content == spec.content_sha256:
+                return
+            detail += f"; its decompressed bytes hash to {content}, expected {spec.content_sha256}"
+    raise ChecksumError(detail)
+
+
+def _sources(
+    spec: DatasetSpec, name: str, mirror: Path | None, download: bool
+) -> list[tuple[str, str]]:
+    sources = []
+    if mirror is not None:
+        sources.append(("mirror", str(mirror / spec.mirror_dir / name)))
+    if spec.debian_dir:
+        sources.append(("Debian package", f"{spec.debian_dir}/{name}"))
+    if download:
+        sources.append(("upstream", f"{spec.upstream}/{name}"))
+    return sources
+
+
+def _download(url: str, dest: Path) -> None:
+    with (
+        urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response,
+        open(dest, "wb") as out,
+    ):
+        shutil.copyfileobj(response, out, _CHUNK)
+
+
+def obtain(
+    spec: DatasetSpec,
+    file: FileSpec,
+    dest: Path,
+    mirror: Path | None,
+    log: Callable[[str], None],
+    download: bool = True,
+) -> None:
+    """Copy or download ``file`` to ``dest`` from the first source that has it, and verify it.
+
+    Raises
+    ------
+    ChecksumError
+        A source had the file but its bytes are wrong; ``dest`` is removed. The message names
+        the file and the source.
+    DataSourceError
+        No source had the file; the message lists each source tried and why it failed.
+    """
+    tried = []
+    for source, location in _sources(spec, file.name, mirror, download):
+        try:
+            if source == "upstream":
+                _download(location, dest)
+            elif Path(location).is_file():
+                shutil.copyfile(location, dest)
+            else:
+                tried.append(f"{source}: no file at {location}")
+                continue
+        except (OSError, urllib.error.URLError) as exc:
+            dest.unlink(missing_ok=True)
+            tried.append(f"{source}: {location} failed ({exc})")
+            continue
+        try:
+            verify(dest, file)
+        except ChecksumError as exc:
+            dest.unlink(missing_ok=True)
+            raise ChecksumError(
+                f"refused {spec.mirror_dir}/{file.name} from the {source} ({location}): {exc}. "
+                "The file is corrupt or not the course's copy: replace it, or fetch from another "
+                "source. Nothing was written to the store."
+            ) from None
+        log(f"  {file.name}: verified (from the {source})")
+        return
+    raise DataSourceError(
+        f"no source could deliver {spec.mirror_dir}/{file.name}:\n  - "
+        + "\n  - ".join(tried)
+        + ("" if download else "\n  - upstream: not tried (--no-download)")
+        + "\nPass a mirror folder with --mirror (or SCALELAB_DATA_MIRROR)"
+        + (", or install Debian's dataset-fashion-mnist package" if spec.debian_dir else "")
+        + "."
+    )
+
+
+def _publish(fs: AbstractFileSystem, local_root: Path, target: str, manifest: dict) -> None:
+    """Upload ``local_root`` into the store at ``target``; the manifest is written last."""
+    staging = f"datasets/.staging/{Path(target).name}-{uuid.uuid4().hex[:8]}"
+    try:
+        for rel in iter_files(local_root):
+            fs.makedirs(f"{staging}/{rel.parent.as_posix()}", exist_ok=True)
+            fs.put_file(str(local_root / rel), f"{staging}/{rel.as_posix()}")
+        if fs.exists(target):
+            fs.rm(target, recursive=True)
+        fs.mv(staging, target, recursive=True)
+        fs.pipe_file(f"{target}/{MANIFEST}", json.dumps(manifest, indent=2).encode())
+    finally:
+        if fs.exists(staging):
+            fs.rm(staging, recursive=True)
+        if fs.exists("datasets/.staging") and not fs.ls("datasets/.staging"):
+            fs.rmdir("datasets/.staging")
+
+
+def _clean_stale_staging(fs: AbstractFileSystem, spec: DatasetSpec) -> None:
+    if not fs.exists("datasets/.staging"):
+        return
+    for path in fs.ls("datasets/.staging", detail=False):
+        if Path(path).name.startswith(f"{spec.name}-"):
+            fs.rm(path, recursive=True)
+
+
+def fetch_dataset(
+    spec: DatasetSpec,
+    fs: AbstractFileSystem,
+    mirror: str | Path | None = None,
+    log: Callable[[str], None] = print,
+    download: bool = True,
+) -> bool:
+    """Put one data set into the store: originals under ``raw/``, Parquet shards under ``parquet/``.
+
+    Parameters
+    ----------
+    spec
+        The data set (see :data:`scalelab.store.DATASETS`).
+    fs
+        The store, rooted at its top (see :func:`scalelab.store.open_store`).
+    mirror
+        A folder laid out like ``shared/data``, tried first; None skips it.
+    log
+        Called with one line of progress at a time.
+    download
+        Try the upstream address when no local source has a file (False: air-gapped hosts).
+
+    Returns
+    -------
+    bool
+        True when the data set was written, False when it was already present (nothing done).
+
+    Raises
+    ------
+    ChecksumError, DataSourceError
+        A file was refused or could not be had; the store is left as it was.
+    """
+    if is_present(fs, spec):
+        log(f"{spec.name}: already in the store at {dataset_dir(spec)}/, nothing to do")
+        return False
+    _clean_stale_staging(fs, spec)
+    log(f"{spec.name}: fetching {len(spec.files)} file(s)")
+    mirror_path = Path(mirror) if mirror else None
+    with tempfile.TemporaryDirectory(prefix=f"scalelab-{spec.name}-") as tmp:
+        root = Path(tmp)
+        (root / "raw").mkdir()
+        for file in spec.files:
+            obtain(spec, file, root / "raw" / file.name, mirror_path, log, download)
+        rows = CONVERTERS[spec.name](root / "raw", root)
+        files = {rel.as_posix(): sha256_file(root / rel) for rel in iter_files(root)}
+        manifest = {
+            "dataset": spec.name,
+            "layout_version": spec.layout_version,
+            "rows": rows,
+            "files": files,
+        }
+        _publish(fs, root, dataset_dir(spec), manifest)
+    log(
+        f"{spec.name}: written to {dataset_dir(spec)}/ ("
+        + ", ".join(f"{split}: {count} rows" for split, count in rows.items())
+        + ")"
+    )
+    return True

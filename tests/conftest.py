@@ -1,0 +1,59 @@
+"""Shared fixtures: the real data sets (../shared/data), a course store, ScaleLab's kernelspecs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from scalelab.kernels import install_kernelspecs
+from scalelab.store import DATASETS, fetch_dataset, open_store
+
+REPO = Path(__file__).resolve().parents[1]
+#: The course's real data sets, beside the repository (see ../shared/data/README.md).
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """``../shared/data``: the real Fashion-MNIST and Million Song files."""
+    if not (SHARED_DATA / "SHA256SUMS").is_file():
+        pytest.fail(f"the course data sets are missing: expected them in {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def course_store(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> str:
+    """URL of a local course store holding both data sets, fetched from the shared mirror."""
+    url = (tmp_path_factory.mktemp("store") / "course").as_uri()
+    fs = open_store(url)
+    for spec in DATASETS.values():
+        fetch_dataset(spec, fs, mirror=shared_data, log=lambda _line: None)
+    return url
+
+
+@pytest.fixture(scope="session")
+def kernels_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Jupyter data folder holding ScaleLab's kernelspecs only."""
+    data_dir = tmp_path_factory.mktemp("jupyter") / "share" / "jupyter"
+    install_kernelspecs(data_dir)
+    return data_dir
+
+
+@pytest.fixture
+def kernel_environment(
+    monkeypatch: pytest.MonkeyPatch, kernels_dir: Path, course_store: str
+) -> dict[str, str]:
+    """The environment a ScaleLab server gives its kernels, for kernels started by the test."""
+    extra = {
+        "JUPYTER_PATH": str(kernels_dir),
+        "SCALELAB_STORE_URL": course_store,
+        "SCALELAB_STORE_OPTIONS": "{}",
+        "SCALELAB_SPARK_MASTER": "local[2]",
+        "SCALELAB_SPARK_DRIVER_MEMORY": "1g",
+        "SCALELAB_GPUS": "",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    for key, value in extra.items():
+        monkeypatch.setenv(key, value)
+    return {**os.environ, **extra}
