@@ -41,7 +41,10 @@ if [[ ! -x node_modules/.bin/configurable-http-proxy || package-lock.json -nt no
 fi
 ln -sf ../../node_modules/.bin/configurable-http-proxy .venv/bin/configurable-http-proxy
 
-# 4. Enable ScaleLab's jupyter_server extension in the venv (what a wheel install puts there).
+# 4. What a wheel install puts in the prefix (an editable install does not): the file that
+#    enables ScaleLab's jupyter_server extension, and JupyterLab setting overrides for students.
 install -D -m 644 hub_ext/jupyter-config/scalelab.json \
   .venv/etc/jupyter/jupyter_server_config.d/scalelab.json
+install -D -m 644 hub_ext/jupyter-config/lab-overrides.json \
+  .venv/share/jupyter/lab/settings/overrides.d/scalelab.json
 say "ready: .venv/bin/scalelab"

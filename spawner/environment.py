@@ -69,6 +69,10 @@ def server_args(kernel_names: Iterable[str] = KERNEL_NAMES) -> list[str]:
     -------
     list of str
         Restricts the server's kernels to ScaleLab's kernelspecs, so the launcher shows exactly
-        "PySpark", "TensorFlow" and "PyTorch".
+        "PySpark", "TensorFlow" and "PyTorch"; the first of them is the default kernel.
     """
-    return [f"--KernelSpecManager.allowed_kernelspecs={name}" for name in kernel_names]
+    names = list(kernel_names)
+    return [
+        *(f"--KernelSpecManager.allowed_kernelspecs={name}" for name in names),
+        f"--MappingKernelManager.default_kernel_name={names[0]}",
+    ]

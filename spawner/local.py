@@ -137,12 +137,12 @@ class ScaleLabSpawner(LocalProcessSpawner):
         return cls._inventory
 
     def get_env(self):
-        env = super().get_env()
         if not self.store_url:
             raise ValueError(
                 "c.ScaleLabSpawner.store_url is not set: configure the course store URL "
                 "(e.g. file:///srv/course)."
             )
+        env = super().get_env()
         env.update(
             server_environment(
                 store_url=self.store_url,

@@ -76,7 +76,8 @@ def open_store(
     -------
     fsspec.implementations.dirfs.DirFileSystem
         ``fs.open("datasets/millionsong/raw/millionsong.txt")`` opens that file in the store.
-        A local (``file://``) store's root folder is created if missing.
+        A local (``file://``) store's root folder is created if missing, and writing a file
+        creates its parent folders, as on an object store.
 
     Raises
     ------
@@ -88,6 +89,8 @@ def open_store(
         url, env_options = store_settings()
         storage_options = {**env_options, **(storage_options or {})}
     options = dict(storage_options or {})
+    if fsspec.core.split_protocol(url)[0] in (None, "file", "local"):
+        options.setdefault("auto_mkdir", True)  # like object stores: writing creates the folders
     try:
         fs, root = fsspec.core.url_to_fs(url, **options)
     except (ValueError, ImportError, TypeError) as exc:

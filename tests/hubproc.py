@@ -1,0 +1,209 @@
+"""A real ``scalelab up`` in a child process, driven through JupyterHub's REST API.
+
+The test's own ``jupyterhub_config.py`` (given with ``--config``, as an operator would) adds a
+service whose token has JupyterHub's built-in admin role, for the REST calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import requests
+from scalelab.hub_ext.up import free_port
+from tornado.httpclient import HTTPRequest
+from tornado.websocket import websocket_connect
+
+READY_LINE = "ScaleLab is running at "
+
+
+class ScaleLabUp:
+    """``python -m scalelab up`` with a state folder, port and password of the test's."""
+
+    def __init__(self, state_dir: Path, env: dict[str, str] | None = None):
+        self.state_dir = state_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.password = secrets.token_urlsafe(12)
+        self.token = secrets.token_hex(16)
+        self.output: list[str] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        config = state_dir.parent / f"{state_dir.name}-operator_config.py"
+        config.write_text(
+            "c.JupyterHub.services = [\n"
+            f"    {{'name': 'scalelab-tests', 'api_token': {self.token!r}}},\n"
+            "]\n"
+            "c.JupyterHub.load_roles = [\n"
+            "    {'name': 'admin', 'services': ['scalelab-tests']},\n"
+            "]\n"
+        )
+        self.argv = [
+            sys.executable, "-m", "scalelab", "up",
+            "--state-dir", str(state_dir),
+            "--port", str(self.port),
+            "--config", str(config),
+        ]  # fmt: skip
+        self.env = {**os.environ, "SCALELAB_PASSWORD": self.password, **(env or {})}
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 240) -> None:
+        """Start ``scalelab up`` and wait for its "running" line."""
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=self.env,
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                line = self._lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise AssertionError(f"scalelab up exited early:\n{''.join(self.output)}")
+            if line.startswith(READY_LINE):
+                return
+        raise AssertionError(f"scalelab up did not get ready:\n{''.join(self.output)}")
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.output.append(line)
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def descendants(self) -> list[psutil.Process]:
+        """Every process ``scalelab up`` started, directly or not (hub, proxy, servers, kernels)."""
+        assert self.proc is not None
+        return psutil.Process(self.proc.pid).children(recursive=True)
+
+    def interrupt(self, timeout_s: float = 240) -> int:
+        """Ctrl-C: SIGINT to ``scalelab up``; returns its exit status."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(timeout=timeout_s)
+
+    def kill(self) -> None:
+        """Cleanup after a test: kill whatever it left running (nothing, if it passed)."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            procs = [*self.descendants(), psutil.Process(self.proc.pid)]
+            for p in procs:
+                try:
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            psutil.wait_procs(procs, timeout=10)
+        self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    # -- REST API ----------------------------------------------------------------------------
+
+    def api(self, method: str, path: str, **kwargs) -> requests.Response:
+        """A hub REST call, ``path`` relative to ``/hub/api``, with the test service's token."""
+        headers = {"Authorization": f"token {self.token}"}
+        return requests.request(
+            method, f"{self.url}/hub/api{path}", headers=headers, timeout=30, **kwargs
+        )
+
+    def server_api(self, user: str, method: str, path: str, **kwargs) -> requests.Response:
+        """A call to a user's single-user server API (``/user/<name>/api<path>``)."""
+        headers = {"Authorization": f"token {self.token}"}
+        url = f"{self.url}/user/{user}/api{path}"
+        return requests.request(method, url, headers=headers, timeout=60, **kwargs)
+
+    def start_server(self, user: str, timeout_s: float = 240) -> dict:
+        """Create ``user`` if needed, start their default server and wait until it is ready."""
+        if self.api("GET", f"/users/{user}").status_code == 404:
+            assert self.api("POST", f"/users/{user}").status_code == 201
+        response = self.api("POST", f"/users/{user}/server")
+        assert response.status_code in (201, 202), response.text
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            model = self.api("GET", f"/users/{user}").json()
+            server = model.get("servers", {}).get("")
+            if server and server.get("ready"):
+                return server
+            time.sleep(1)
+        raise AssertionError(f"{user}'s server did not get ready")
+
+
+async def execute(
+    hub: ScaleLabUp, user: str, kernel_id: str, code: str, timeout_s: float = 240
+) -> dict:
+    """Run ``code`` in a kernel through the server's kernel WebSocket (Jupyter messaging protocol).
+
+    Returns ``{"status": ..., "result": text/plain of execute_result or None, "stdout": ...,
+    "error": (ename, evalue) or None}``.
+    """
+    url = f"ws://127.0.0.1:{hub.port}/user/{user}/api/kernels/{kernel_id}/channels"
+    request = HTTPRequest(url, headers={"Authorization": f"token {hub.token}"})
+    ws = await websocket_connect(request)
+    msg_id = uuid.uuid4().hex
+    ws.write_message(
+        json.dumps(
+            {
+                "header": {
+                    "msg_id": msg_id,
+                    "username": user,
+                    "session": uuid.uuid4().hex,
+                    "msg_type": "execute_request",
+                    "version": "5.3",
+                },
+                "parent_header": {},
+                "metadata": {},
+                "content": {
+                    "code": code,
+                    "silent": False,
+                    "store_history": False,
+                    "user_expressions": {},
+                    "allow_stdin": False,
+                },
+                "channel": "shell",
+            }
+        )
+    )
+    outcome: dict = {"status": None, "result": None, "stdout": "", "error": None}
+    deadline = time.monotonic() + timeout_s
+    idle = False
+    try:
+        while time.monotonic() < deadline:
+            raw = await asyncio.wait_for(ws.read_message(), timeout=deadline - time.monotonic())
+            if raw is None:
+                raise AssertionError("the kernel WebSocket closed")
+            msg = json.loads(raw)
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "execute_result":
+                outcome["result"] = content["data"].get("text/plain")
+            elif kind == "stream" and content.get("name") == "stdout":
+                outcome["stdout"] += content["text"]
+            elif kind == "error":
+                outcome["error"] = (content["ename"], content["evalue"])
+            elif kind == "execute_reply":
+                outcome["status"] = content["status"]
+            elif kind == "status" and content["execution_state"] == "idle":
+                idle = True
+            # The reply (shell) and the idle status (iopub) arrive in either order.
+            if idle and outcome["status"]:
+                return outcome
+    finally:
+        ws.close()
+    raise AssertionError(f"no reply from the kernel in {timeout_s} s: {outcome}")

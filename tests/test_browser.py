@@ -1,0 +1,75 @@
+"""A student in a real browser: Debian's Chromium, driven by Playwright, through login -> spawn ->
+JupyterLab showing ScaleLab's three kernels and the two labs. Saves the README's screenshot."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from tests.conftest import REPO
+from tests.hubproc import ScaleLabUp
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Flags for a closed network and a root user (see the machine notes in the README of env).
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOT = REPO / "docs" / "screenshot-launcher.png"
+
+
+@pytest.fixture
+def hub(tmp_path: Path):
+    up = ScaleLabUp(tmp_path / "state")
+    try:
+        up.start()
+        yield up
+        assert up.interrupt() == 0
+    finally:
+        up.kill()
+
+
+@pytest.mark.browser
+def test_student_logs_in_and_sees_the_three_kernels_and_the_labs(hub: ScaleLabUp, tmp_path: Path):
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(f"{hub.url}/hub/login")
+            expect(page.locator("#scalelab-login-banner")).to_contain_text("ScaleLab")
+
+            page.fill("#username_input", "bob")
+            page.fill("#password_input", "wrong-password")
+            page.click("#login_submit")
+            expect(page.locator(".login_error")).to_be_visible()
+
+            page.fill("#username_input", "bob")
+            page.fill("#password_input", hub.password)
+            page.click("#login_submit")
+            page.wait_for_url("**/user/bob/lab**", timeout=240_000)
+
+            cards = page.locator(".jp-Launcher-section").filter(has_text="Notebook")
+            for name in ("PySpark", "TensorFlow", "PyTorch"):
+                expect(cards.locator(".jp-LauncherCard", has_text=name)).to_be_visible(
+                    timeout=120_000
+                )
+            labels = cards.locator(".jp-LauncherCard-label").all_inner_texts()
+            assert sorted(labels) == ["PySpark", "PyTorch", "TensorFlow"]
+            listing = page.locator(".jp-DirListing-content")
+            expect(listing).to_contain_text("lab1_millionsong_regression.ipynb", timeout=60_000)
+            expect(listing).to_contain_text("lab2_fashion_mnist_convnet.ipynb")
+
+            # ScaleLab's JupyterLab overrides switch the "Jupyter news" prompt off for students.
+            expect(page.get_by_text("official Jupyter news")).to_have_count(0)
+            SCREENSHOT.parent.mkdir(exist_ok=True)
+            page.screenshot(path=str(SCREENSHOT))
+        finally:
+            browser.close()

@@ -1,0 +1,128 @@
+"""``scalelab up``'s pure parts and guards; lab distribution into a home."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from scalelab.hub_ext.hubconfig import UpSettings, config_file_text, embedded_config
+from scalelab.hub_ext.labs import bundled_labs, distribute_labs
+from scalelab.hub_ext.up import StateLock, UpError, check_port_free, resolve_password
+
+from scalelab.cli import main
+
+
+def _settings(tmp_path: Path) -> UpSettings:
+    return UpSettings(
+        state_dir=str(tmp_path),
+        store_url=(tmp_path / "store").as_uri(),
+        proxy_command=["/usr/bin/configurable-http-proxy"],
+        hub_port=18081,
+        proxy_api_port=18001,
+        hub_id="abc",
+    )
+
+
+def test_embedded_config_serves_loopback_with_password_and_scalelab_spawner(tmp_path: Path):
+    c = embedded_config(_settings(tmp_path), "s3cret-pass")
+    assert (c.JupyterHub.ip, c.JupyterHub.port) == ("127.0.0.1", 8000)
+    assert c.JupyterHub.db_url == f"sqlite:///{tmp_path / 'jupyterhub.sqlite'}"
+    assert c.JupyterHub.authenticator_class == "shared-password"
+    assert c.SharedPasswordAuthenticator.user_password == "s3cret-pass"
+    assert c.JupyterHub.spawner_class == "scalelab"
+    assert c.ScaleLabSpawner.home_root == str(tmp_path / "homes")
+    assert c.ScaleLabSpawner.spark_master == "local[*]"
+    assert c.ConfigurableHTTPProxy.api_url == "http://127.0.0.1:18001"
+
+
+def test_generated_config_file_never_holds_the_password(tmp_path: Path):
+    text = config_file_text(_settings(tmp_path), operator_config=None)
+    assert "os.environ['SCALELAB_PASSWORD']" in text
+    assert "load_subconfig" not in text
+    mine = tmp_path / "mine.py"
+    assert f"load_subconfig({str(mine)!r})" in config_file_text(_settings(tmp_path), str(mine))
+
+
+def test_settings_round_trip_through_json(tmp_path: Path):
+    s = _settings(tmp_path)
+    assert UpSettings.from_json(s.to_json()) == s
+
+
+def test_password_rules(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("SCALELAB_PASSWORD", raising=False)
+    generated, was_generated = resolve_password(None)
+    assert was_generated and len(generated) >= 12
+    assert resolve_password("long-enough") == ("long-enough", False)
+    monkeypatch.setenv("SCALELAB_PASSWORD", "from-the-env")
+    assert resolve_password(None) == ("from-the-env", False)
+    with pytest.raises(UpError, match="at least 8 characters"):
+        resolve_password("short")
+
+
+def test_second_lock_on_a_state_folder_names_the_owner(tmp_path: Path):
+    first = StateLock(tmp_path / "scalelab-up.lock")
+    first.acquire("http://127.0.0.1:8000/")
+    try:
+        with pytest.raises(UpError, match=r"already running .*pid \d+, http://127.0.0.1:8000/"):
+            StateLock(tmp_path / "scalelab-up.lock").acquire("http://127.0.0.1:8000/")
+    finally:
+        first.release()
+    again = StateLock(tmp_path / "scalelab-up.lock")
+    again.acquire("x")
+    again.release()
+
+
+def test_busy_port_is_reported_with_the_fix():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        with pytest.raises(UpError, match=rf"port {port} on 127.0.0.1 is already in use.*--port"):
+            check_port_free("127.0.0.1", port)
+
+
+def test_labs_are_copied_once_and_a_student_copy_is_never_touched(tmp_path: Path):
+    labs = bundled_labs()
+    assert set(labs) == {"lab1_millionsong_regression.ipynb", "lab2_fashion_mnist_convnet.ipynb"}
+    (tmp_path / "lab1_millionsong_regression.ipynb").write_text("my own work")
+    assert distribute_labs(tmp_path) == ["lab2_fashion_mnist_convnet.ipynb"]
+    assert (tmp_path / "lab1_millionsong_regression.ipynb").read_text() == "my own work"
+    assert (tmp_path / "lab2_fashion_mnist_convnet.ipynb").read_bytes() == labs[
+        "lab2_fashion_mnist_convnet.ipynb"
+    ]
+    assert distribute_labs(tmp_path) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(labs)  # no temporary files left
+
+
+def test_cli_errors_are_one_line_without_traceback(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+):
+    assert main(["data", "fetch", "imagenet", "--store", tmp_path.as_uri()]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.strip()
+        == "scalelab: error: unknown data set(s): imagenet; known: fashion-mnist, millionsong"
+    )
+    assert main(["data", "fetch", "millionsong", "--mirror", str(tmp_path / "nope")]) == 2
+    assert "the mirror folder" in capsys.readouterr().err
+    assert main(["up", "--state-dir", str(tmp_path), "--config", str(tmp_path / "missing.py")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_cli_fetch_reports_a_corrupt_mirror_with_exit_status_1(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+):
+    mirror = tmp_path / "mirror" / "millionsong"
+    mirror.mkdir(parents=True)
+    (mirror / "millionsong.txt").write_text("2001.0,0.5\n")
+    store = (tmp_path / "store").as_uri()
+    assert (
+        main(
+            ["data", "fetch", "millionsong", "--mirror", str(tmp_path / "mirror"), "--store", store]
+        )
+        == 1
+    )
+    err = capsys.readouterr().err
+    assert err.startswith("scalelab: error: refused millionsong/millionsong.txt from the mirror")
+    assert "Traceback" not in err

@@ -1,0 +1,29 @@
+"""A real ScaleLab kernel started with a broken store setting: it starts and says what to fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+
+@pytest.mark.integration
+def test_bad_store_url_leaves_the_kernel_alive_with_a_readable_message(
+    kernel_environment: dict[str, str], tmp_path: Path
+):
+    env = {**kernel_environment, "SCALELAB_STORE_URL": "nosuchproto://namenode/course"}
+    km, kc = start_new_kernel(kernel_name="scalelab-pytorch", env=env, cwd=str(tmp_path))
+    try:
+        outputs: list[str] = []
+        reply = kc.execute_interactive(
+            "print(1 + 1); print('store' in globals())",
+            output_hook=lambda msg: outputs.append(msg["content"].get("text", "")),
+            timeout=120,
+        )
+        assert reply["content"]["status"] == "ok"
+        assert "".join(outputs).split() == ["2", "False"]
+        assert km.is_alive()
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)

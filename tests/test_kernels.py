@@ -1,0 +1,55 @@
+"""Kernelspecs (pure builders) and kernel start-up settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from jupyter_client.kernelspec import KernelSpecManager
+from scalelab.kernels import KERNEL_NAMES, install_kernelspecs, kernelspec
+from scalelab.kernels.startup import gpu_banner, spark_conf
+
+
+def test_three_kernels_in_launcher_order():
+    assert KERNEL_NAMES == ("scalelab-pyspark", "scalelab-tensorflow", "scalelab-pytorch")
+    names = [kernelspec(f)["display_name"] for f in ("pyspark", "tensorflow", "pytorch")]
+    assert names == ["PySpark", "TensorFlow", "PyTorch"]
+
+
+def test_spec_runs_ipykernel_with_scalelab_startup():
+    spec = kernelspec("pyspark")
+    assert spec["argv"][:5] == ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    assert "_scalelab.start('pyspark', globals())" in spec["argv"][5]
+    assert spec["language"] == "python"
+
+
+def test_tensorflow_kernel_grows_gpu_memory():
+    assert kernelspec("tensorflow")["env"]["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+
+
+def test_unknown_flavour_is_a_key_error():
+    with pytest.raises(KeyError):
+        kernelspec("julia")
+
+
+def test_installed_specs_are_found_by_jupyter(tmp_path: Path):
+    written = install_kernelspecs(tmp_path)
+    assert len(written) == 3
+    ksm = KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")], ensure_native_kernel=False)
+    specs = ksm.get_all_specs()
+    assert set(specs) == set(KERNEL_NAMES)
+    assert json.loads(written[0].read_text()) == kernelspec("pyspark")
+
+
+def test_spark_conf_binds_local_mode_to_loopback():
+    conf = spark_conf("local[*]", "2g", "scalelab-alice")
+    assert conf["spark.master"] == "local[*]"
+    assert conf["spark.driver.memory"] == "2g"
+    assert conf["spark.driver.bindAddress"] == "127.0.0.1"
+    assert "spark.driver.bindAddress" not in spark_conf("spark://m:7077", "2g", "x")
+
+
+def test_gpu_banner():
+    assert gpu_banner({"SCALELAB_GPUS": ""}) == "CPU only"
+    assert gpu_banner({"SCALELAB_GPUS": "GPU-a,GPU-b"}) == "GPUs: GPU-a, GPU-b"
