@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from scalelab.hub_ext.hubconfig import UpSettings, config_file_text, embedded_config
 from scalelab.hub_ext.labs import bundled_labs, distribute_labs
-from scalelab.hub_ext.up import StateLock, UpError, check_port_free, resolve_password
+from scalelab.hub_ext.up import StateLock, UpError, check_port_free, data_hint, resolve_password
 
 from scalelab.cli import main
 
@@ -126,3 +126,11 @@ def test_cli_fetch_reports_a_corrupt_mirror_with_exit_status_1(
     err = capsys.readouterr().err
     assert err.startswith("scalelab: error: refused millionsong/millionsong.txt from the mirror")
     assert "Traceback" not in err
+
+
+def test_data_hint_names_the_missing_sets_and_the_command(tmp_path: Path, course_store: str):
+    hint = data_hint((tmp_path / "empty-store").as_uri())
+    assert hint is not None
+    assert "not in the store yet: fashion-mnist, millionsong" in hint
+    assert "scalelab data fetch fashion-mnist millionsong" in hint
+    assert data_hint(course_store) is None
