@@ -5,7 +5,3 @@
 - :mod:`scalelab.hub_ext.labs` -- copying the course labs into a student's home;
 - :mod:`scalelab.hub_ext.serverext` -- the jupyter_server extension loaded by every user server.
 """
-
-
-def _jupyter_server_extension_points() -> list[dict[str, str]]:
-    return [{"module": "scalelab.hub_ext.serverext"}]

@@ -33,8 +33,6 @@ class UpSettings:
         Where the proxy serves users (default ``127.0.0.1:8000``).
     hub_port, proxy_api_port
         Internal ports of the hub and of the proxy's REST API, on ``127.0.0.1``.
-    hub_id
-        A random id of this run; servers get it as ``SCALELAB_HUB_ID``.
     """
 
     state_dir: str
@@ -44,7 +42,6 @@ class UpSettings:
     proxy_api_port: int
     ip: str = "127.0.0.1"
     port: int = 8000
-    hub_id: str = ""
 
     def to_json(self) -> str:
         """JSON form, for the generated ``jupyterhub_config.py``."""
@@ -102,7 +99,6 @@ def embedded_config(s: UpSettings, password: str) -> Config:
     c.ScaleLabSpawner.store_url = s.store_url
     c.ScaleLabSpawner.spark_master = "local[*]"
     c.ScaleLabSpawner.kernelspec_path = [str(kernelspec_dir(state))]
-    c.ScaleLabSpawner.environment = {"SCALELAB_HUB_ID": s.hub_id}
     c.Spawner.http_timeout = 90
     c.Spawner.start_timeout = 180
     return c

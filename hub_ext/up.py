@@ -280,7 +280,6 @@ def run_up(
             proxy_api_port=free_port(),
             ip=ip,
             port=port,
-            hub_id=secrets.token_hex(8),
         )
         install_kernelspecs(kernelspec_dir(state_dir))
         config_path = state_dir / "jupyterhub_config.py"

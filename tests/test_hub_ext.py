@@ -20,7 +20,6 @@ def _settings(tmp_path: Path) -> UpSettings:
         proxy_command=["/usr/bin/configurable-http-proxy"],
         hub_port=18081,
         proxy_api_port=18001,
-        hub_id="abc",
     )
 
 
