@@ -158,11 +158,15 @@ def resolve_password(given: str | None) -> tuple[str, bool]:
     UpError
         The password has fewer than 8 characters.
     """
+    source = "--password" if given else envvars.PASSWORD
     password = given or os.environ.get(envvars.PASSWORD) or ""
     if not password:
         return secrets.token_urlsafe(12), True
     if len(password) < MIN_PASSWORD_LENGTH:
-        raise UpError(f"the password must have at least {MIN_PASSWORD_LENGTH} characters.")
+        raise UpError(
+            f"the password given by {source} has {len(password)} characters; it needs at least "
+            f"{MIN_PASSWORD_LENGTH}. Choose a longer one, or unset it to get a generated one."
+        )
     return password, False
 
 
@@ -180,19 +184,39 @@ def data_hint(store_url: str) -> str | None:
     )
 
 
-def _wait_ready(url: str, proc: subprocess.Popen, stop: threading.Event) -> bool:
+def listener_pid(port: int) -> int | None:
+    """Pid of the process listening on TCP ``port`` (any address).
+
+    None when nothing listens, or when the listener is another user's process, which psutil
+    cannot see.
+    """
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+            return conn.pid
+    return None
+
+
+def wait_ready(url: str, port: int, proc: subprocess.Popen, stop: threading.Event) -> str:
+    """Wait until our hub answers at ``url``.
+
+    Returns ``"ready"``, ``"stopped"`` (Ctrl-C), ``"exited"`` (the hub died), ``"timeout"``, or
+    ``"taken"`` when what answers is another program that took the port meanwhile.
+    """
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline and not stop.is_set():
+    while time.monotonic() < deadline:
+        if stop.is_set():
+            return "stopped"
         if proc.poll() is not None:
-            return False
+            return "exited"
         try:
             with urllib.request.urlopen(f"{url}hub/api/", timeout=2) as response:
                 if response.status == 200:
-                    return True
+                    ours = {p.pid for p in _descendants(proc.pid)}
+                    return "ready" if listener_pid(port) in ours else "taken"
         except (urllib.error.URLError, OSError):
             pass
         stop.wait(0.5)
-    return False
+    return "timeout"
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
@@ -319,9 +343,19 @@ def _serve(
                 start_new_session=True,  # Ctrl-C reaches us; we stop the hub in order
             )
         try:
-            if not _wait_ready(url, proc, stop):
-                if stop.is_set():
-                    return 0
+            state = wait_ready(url, settings.port, proc, stop)
+            if state == "stopped":
+                print("Stopping ScaleLab before it was ready ...", file=out, flush=True)
+                return 0
+            if state == "taken":
+                print(
+                    f"Port {settings.port} was taken by another program while ScaleLab started "
+                    f"(pid {listener_pid(settings.port) or 'unknown'}). Stop it, or choose a port "
+                    "with --port.",
+                    file=out,
+                )
+                return 1
+            if state != "ready":
                 print(
                     f"The hub did not start. Last lines of {log_path}:\n{_log_tail(log_path)}",
                     file=out,

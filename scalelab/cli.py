@@ -14,6 +14,16 @@ from pathlib import Path
 from scalelab import __version__, envvars
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (1 to 65535)")
+    return port
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="scalelab", description="ScaleLab: a course hub for deep learning on big data."
@@ -31,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--ip", default="127.0.0.1", help="address to serve on (default: 127.0.0.1, loopback only)"
     )
-    up.add_argument("--port", type=int, default=8000, help="port to serve on (default: 8000)")
+    up.add_argument("--port", type=_port, default=8000, help="port to serve on (default: 8000)")
     up.add_argument(
         "--password",
         help="login password (default: $SCALELAB_PASSWORD, else generated and printed)",
@@ -100,7 +110,8 @@ def _data_fetch(args: argparse.Namespace) -> int:
     )
     mirror = args.mirror or os.environ.get(envvars.DATA_MIRROR)
     if mirror and not Path(mirror).is_dir():
-        raise UsageError(f"the mirror folder {mirror} does not exist")
+        what = "is not a folder" if Path(mirror).exists() else "does not exist"
+        raise UsageError(f"the mirror {mirror} {what}: give a folder laid out like shared/data")
     fs = open_store(store_url)
     print(f"Course store: {store_url}")
     for name in dict.fromkeys(args.names):

@@ -20,6 +20,7 @@ import tempfile
 import urllib.error
 import urllib.request
 import uuid
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -87,7 +88,7 @@ def verify(path: Path, spec: FileSpec) -> None:
     if spec.content_sha256:
         try:
             content = sha256_file(path, decompress=True)
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
             detail += f"; it is not a readable gzip file ({exc})"
         else:
             if content == spec.content_sha256:

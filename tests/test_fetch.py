@@ -136,3 +136,18 @@ def test_stale_staging_of_a_killed_fetch_is_cleaned(tmp_path: Path, shared_data:
     fs.pipe_file("datasets/.staging/millionsong-deadbeef/raw/millionsong.txt", b"half")
     fetch_dataset(MILLIONSONG, fs, mirror=shared_data, log=lambda _: None, download=False)
     assert not fs.exists("datasets/.staging")
+
+
+def test_bytes_flipped_inside_a_gzip_stream_are_refused_not_a_crash(tmp_path: Path, mirror: Path):
+    # Regression: a corrupt deflate stream raised zlib.error through the CLI as a traceback.
+    target = mirror / "fashion_mnist" / "t10k-labels-idx1-ubyte.gz"
+    data = bytearray(target.read_bytes())
+    data[2000] ^= 0xFF
+    data[2001] ^= 0xFF
+    target.write_bytes(bytes(data))
+    fs = open_store((tmp_path / "store").as_uri())
+    with pytest.raises(
+        ChecksumError, match=r"t10k-labels-idx1-ubyte\.gz.*not a readable gzip file"
+    ):
+        fetch_dataset(FASHION_MNIST, fs, mirror=mirror, log=lambda _: None, download=False)
+    assert list((tmp_path / "store").rglob("*")) == []

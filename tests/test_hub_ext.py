@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 from scalelab.hub_ext.hubconfig import UpSettings, config_file_text, embedded_config
 from scalelab.hub_ext.labs import bundled_labs, distribute_labs
-from scalelab.hub_ext.up import StateLock, UpError, check_port_free, data_hint, resolve_password
+from scalelab.hub_ext.up import (
+    StateLock,
+    UpError,
+    check_port_free,
+    data_hint,
+    free_port,
+    listener_pid,
+    resolve_password,
+    wait_ready,
+)
 
 from scalelab.cli import main
 
@@ -55,8 +67,11 @@ def test_password_rules(monkeypatch: pytest.MonkeyPatch):
     assert resolve_password("long-enough") == ("long-enough", False)
     monkeypatch.setenv("SCALELAB_PASSWORD", "from-the-env")
     assert resolve_password(None) == ("from-the-env", False)
-    with pytest.raises(UpError, match="at least 8 characters"):
+    with pytest.raises(UpError, match="given by --password has 5 characters; it needs at least 8"):
         resolve_password("short")
+    monkeypatch.setenv("SCALELAB_PASSWORD", "short12")
+    with pytest.raises(UpError, match="given by SCALELAB_PASSWORD has 7 characters"):
+        resolve_password(None)
 
 
 def test_second_lock_on_a_state_folder_names_the_owner(tmp_path: Path):
@@ -104,7 +119,10 @@ def test_cli_errors_are_one_line_without_traceback(
         == "scalelab: error: unknown data set(s): imagenet; known: fashion-mnist, millionsong"
     )
     assert main(["data", "fetch", "millionsong", "--mirror", str(tmp_path / "nope")]) == 2
-    assert "the mirror folder" in capsys.readouterr().err
+    assert "nope does not exist: give a folder" in capsys.readouterr().err
+    (tmp_path / "file").write_text("")
+    assert main(["data", "fetch", "millionsong", "--mirror", str(tmp_path / "file")]) == 2
+    assert "file is not a folder" in capsys.readouterr().err
     assert main(["up", "--state-dir", str(tmp_path), "--config", str(tmp_path / "missing.py")]) == 2
     assert "does not exist" in capsys.readouterr().err
 
@@ -133,3 +151,35 @@ def test_data_hint_names_the_missing_sets_and_the_command(tmp_path: Path, course
     assert "not in the store yet: fashion-mnist, millionsong" in hint
     assert "scalelab data fetch fashion-mnist millionsong" in hint
     assert data_hint(course_store) is None
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "0", "http"])
+def test_bad_port_is_a_usage_error(port: str, capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as info:
+        main(["up", f"--port={port}"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --port:" in err and "is not a port number" in err
+    assert "Traceback" not in err
+
+
+def test_a_port_taken_by_another_program_during_start_is_not_reported_as_ready(tmp_path: Path):
+    # Another web server that answers /hub/api/ grabs the port; our "hub" is a plain child process.
+    (tmp_path / "hub" / "api").mkdir(parents=True)
+    (tmp_path / "hub" / "api" / "index.html").write_text("{}")
+    port = free_port()
+    other = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        state = wait_ready(f"http://127.0.0.1:{port}/", port, ours, threading.Event())
+        assert state == "taken"
+        assert listener_pid(port) == other.pid
+    finally:
+        for proc in (other, ours):
+            proc.kill()
+            proc.wait()
