@@ -25,7 +25,8 @@ from scalelab.hub_ext.up import free_port
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
 
-READY_LINE = "ScaleLab is running at "
+# The last line of the banner: everything scalelab up prints on start is in `output` by then.
+READY_LINE = "  Press Ctrl-C to stop"
 
 
 class ScaleLabUp:
