@@ -1,0 +1,192 @@
+"""Profiles and ``user_options``: what a student may ask for, validated on the hub (pure logic).
+
+A profile is what ops offer in the spawn form: "CPU only", "1 GPU", "2 GPUs" ... ``user_options``
+come from the form or from any REST client and are untrusted: :func:`parse_user_options` accepts
+only known keys with values of the right type and range, and says what is wrong otherwise.
+
+Accepted ``user_options`` (all optional)::
+
+    {"profile": "gpu-1",            # a profile slug; default: the profile marked default
+     "gpus": 1,                      # 0 .. the profile's gpus; default: the profile's gpus
+     "spark_driver_memory": "2g"}    # one of the offered sizes; default: the first one
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: Keys a client may send in ``user_options``.
+OPTION_KEYS = frozenset({"profile", "gpus", "spark_driver_memory"})
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_JVM_SIZE = re.compile(r"^[1-9][0-9]{0,5}[mg]$")
+
+
+class OptionsError(ValueError):
+    """Unacceptable ``user_options``; the message names the option and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One choice of the spawn form.
+
+    Attributes
+    ----------
+    slug
+        Identifier sent in ``user_options["profile"]`` (lowercase letters, digits, ``-``).
+    display_name
+        What the form shows, e.g. ``"1 GPU"``.
+    gpus
+        GPUs a server of this profile gets (0: CPU only).
+    description
+        One line under the name in the form.
+    default
+        The profile used when none is asked for.
+    """
+
+    slug: str
+    display_name: str
+    gpus: int = 0
+    description: str = ""
+    default: bool = False
+
+
+@dataclass(frozen=True)
+class SpawnRequest:
+    """Validated options of one spawn attempt."""
+
+    profile: Profile
+    gpus: int
+    spark_driver_memory: str
+
+
+PROFILE_KEYS = frozenset({"slug", "display_name", "gpus", "description", "default"})
+
+
+def profiles_from_config(entries: Sequence[Mapping[str, Any]]) -> list[Profile]:
+    """Build and check the configured profiles (``ScaleLabSpawner.profiles``).
+
+    Raises
+    ------
+    ValueError
+        An unknown key, a bad slug, a negative GPU count, a slug used twice, no profile at all, or
+        more than one default. The message names the profile.
+    """
+    profiles = []
+    for index, entry in enumerate(entries):
+        where = f"ScaleLabSpawner.profiles[{index}]"
+        unknown = set(entry) - PROFILE_KEYS
+        if unknown:
+            raise ValueError(
+                f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(PROFILE_KEYS)}"
+            )
+        slug = entry.get("slug")
+        if not isinstance(slug, str) or not _SLUG.match(slug):
+            raise ValueError(
+                f"{where}: 'slug' must be lowercase letters, digits and '-', not {slug!r}"
+            )
+        gpus = entry.get("gpus", 0)
+        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
+            raise ValueError(f"{where}: 'gpus' must be a whole number >= 0, not {gpus!r}")
+        profiles.append(
+            Profile(
+                slug=slug,
+                display_name=str(entry.get("display_name") or slug),
+                gpus=gpus,
+                description=str(entry.get("description", "")),
+                default=bool(entry.get("default", False)),
+            )
+        )
+    slugs = [p.slug for p in profiles]
+    if not profiles:
+        raise ValueError("ScaleLabSpawner.profiles is empty: offer at least a CPU-only profile")
+    if len(set(slugs)) != len(slugs):
+        raise ValueError(f"ScaleLabSpawner.profiles: a slug is used twice: {slugs}")
+    if sum(p.default for p in profiles) > 1:
+        raise ValueError("ScaleLabSpawner.profiles: more than one profile is marked default")
+    return profiles
+
+
+def default_profile(profiles: Sequence[Profile]) -> Profile:
+    """The profile marked default, else the first."""
+    return next((p for p in profiles if p.default), profiles[0])
+
+
+def parse_user_options(
+    options: Mapping[str, Any] | None,
+    profiles: Sequence[Profile],
+    memory_choices: Sequence[str],
+) -> SpawnRequest:
+    """Validate untrusted ``user_options``.
+
+    Parameters
+    ----------
+    options
+        As received from the spawn form or a REST client (None or ``{}``: every default).
+    profiles
+        The configured profiles.
+    memory_choices
+        Offered Spark driver memory sizes (JVM sizes such as ``"2g"``); the first is the default.
+
+    Returns
+    -------
+    SpawnRequest
+
+    Raises
+    ------
+    OptionsError
+        An unknown key, a wrong type, an unknown profile, more GPUs than the profile gives, or a
+        memory size not offered. Nothing has been allocated.
+    """
+    options = dict(options or {})
+    unknown = set(options) - OPTION_KEYS
+    if unknown:
+        raise OptionsError(f"unknown option(s) {sorted(unknown)}; allowed: {sorted(OPTION_KEYS)}")
+    by_slug = {p.slug: p for p in profiles}
+    slug = options.get("profile", default_profile(profiles).slug)
+    if not isinstance(slug, str) or slug not in by_slug:
+        raise OptionsError(f"unknown profile {slug!r}; offered: {', '.join(by_slug)}")
+    profile = by_slug[slug]
+    gpus = options.get("gpus", profile.gpus)
+    if isinstance(gpus, str) and gpus.strip().isdigit():
+        gpus = int(gpus)  # an HTML form sends text
+    if not isinstance(gpus, int) or isinstance(gpus, bool):
+        raise OptionsError(f"'gpus' must be a whole number, not {gpus!r}")
+    if not 0 <= gpus <= profile.gpus:
+        raise OptionsError(
+            f"'gpus' must be between 0 and {profile.gpus} for profile {profile.slug!r}, not {gpus}"
+        )
+    memory = options.get("spark_driver_memory", memory_choices[0])
+    if memory not in memory_choices:
+        raise OptionsError(
+            f"'spark_driver_memory' must be one of {', '.join(memory_choices)}, not {memory!r}"
+        )
+    return SpawnRequest(profile, gpus, memory)
+
+
+def check_memory_choices(choices: Sequence[str]) -> list[str]:
+    """Check offered Spark driver memory sizes: JVM sizes like ``512m`` or ``2g``.
+
+    Raises
+    ------
+    ValueError
+        Empty, or a size that the JVM would not accept.
+    """
+    bad = [c for c in choices if not isinstance(c, str) or not _JVM_SIZE.match(c)]
+    if not choices or bad:
+        raise ValueError(
+            f"Spark driver memory choices must be sizes like '512m' or '2g': {list(choices)}"
+        )
+    return list(choices)
+
+
+def options_from_form(formdata: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    """The spawn form's fields (lists of strings) -> ``user_options``, still to be validated."""
+    options: dict[str, Any] = {}
+    for key, values in formdata.items():
+        if key == "_xsrf":
+            continue
+        options[key] = values[0] if len(values) == 1 else list(values)
+    return options

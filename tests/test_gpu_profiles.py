@@ -1,0 +1,86 @@
+"""Untrusted user_options against the configured profiles: bad input named, defaults filled."""
+
+from __future__ import annotations
+
+import pytest
+from scalelab.spawner.profiles import (
+    OptionsError,
+    check_memory_choices,
+    options_from_form,
+    parse_user_options,
+    profiles_from_config,
+)
+
+PROFILES = profiles_from_config(
+    [
+        {"slug": "cpu", "display_name": "CPU only", "default": True},
+        {"slug": "gpu-1", "display_name": "1 GPU", "gpus": 1},
+        {"slug": "gpu-2", "display_name": "2 GPUs", "gpus": 2},
+    ]
+)
+MEMORY = ["1g", "2g", "4g"]
+
+
+@pytest.mark.parametrize(
+    ("options", "profile", "gpus", "memory"),
+    [
+        (None, "cpu", 0, "1g"),
+        ({}, "cpu", 0, "1g"),
+        ({"profile": "gpu-2"}, "gpu-2", 2, "1g"),
+        ({"profile": "gpu-2", "gpus": 1, "spark_driver_memory": "4g"}, "gpu-2", 1, "4g"),
+        ({"profile": "gpu-1", "gpus": "1"}, "gpu-1", 1, "1g"),  # an HTML form sends text
+    ],
+)
+def test_accepted_options_and_defaults(options, profile, gpus, memory):
+    request = parse_user_options(options, PROFILES, MEMORY)
+    assert (request.profile.slug, request.gpus, request.spark_driver_memory) == (
+        profile,
+        gpus,
+        memory,
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"gpus": -1}, r"'gpus' must be between 0 and 0 for profile 'cpu', not -1"),
+        ({"profile": "gpu-2", "gpus": 99}, r"between 0 and 2 for profile 'gpu-2', not 99"),
+        ({"profile": "gpu-1", "gpus": "x"}, r"'gpus' must be a whole number, not 'x'"),
+        ({"profile": "gpu-1", "gpus": True}, r"'gpus' must be a whole number, not True"),
+        ({"profile": "gpu-1", "gpus": 1.5}, r"'gpus' must be a whole number, not 1.5"),
+        ({"profile": "a100-8"}, r"unknown profile 'a100-8'; offered: cpu, gpu-1, gpu-2"),
+        ({"profile": ["gpu-1"]}, r"unknown profile \['gpu-1'\]"),
+        ({"gpu": 1}, r"unknown option\(s\) \['gpu'\]"),
+        ({"spark_driver_memory": "64g"}, r"must be one of 1g, 2g, 4g, not '64g'"),
+    ],
+)
+def test_tampered_options_are_refused_with_the_problem_named(options, message):
+    with pytest.raises(OptionsError, match=message):
+        parse_user_options(options, PROFILES, MEMORY)
+
+
+def test_form_fields_become_options_without_the_xsrf_token():
+    form = {"profile": ["gpu-1"], "spark_driver_memory": ["2g"], "_xsrf": ["t"]}
+    assert options_from_form(form) == {"profile": "gpu-1", "spark_driver_memory": "2g"}
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ([], "empty"),
+        ([{"slug": "cpu", "gpu": 1}], r"unknown key\(s\) \['gpu'\]"),
+        ([{"slug": "CPU!"}], "'slug' must be lowercase"),
+        ([{"slug": "g", "gpus": -1}], "'gpus' must be a whole number >= 0"),
+        ([{"slug": "a"}, {"slug": "a"}], "a slug is used twice"),
+        ([{"slug": "a", "default": True}, {"slug": "b", "default": True}], "more than one"),
+    ],
+)
+def test_bad_profile_configuration_is_refused(entries, message):
+    with pytest.raises(ValueError, match=message):
+        profiles_from_config(entries)
+
+
+def test_memory_choices_must_be_jvm_sizes():
+    assert check_memory_choices(["512m", "2g"]) == ["512m", "2g"]
+    with pytest.raises(ValueError, match="sizes like"):
+        check_memory_choices(["2 GB"])
