@@ -13,8 +13,9 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from scalelab.templates import templates_dir
 from traitlets.config import Config
+
+from scalelab.templates import templates_dir
 
 
 @dataclass(frozen=True)

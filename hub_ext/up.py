@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import IO
 
 import psutil
+
+from scalelab import envvars
 from scalelab.hub_ext.hubconfig import UpSettings, config_file_text, kernelspec_dir
 from scalelab.kernels.specs import install_kernelspecs
 from scalelab.store import StoreError, missing_datasets, open_store
-
-from scalelab import envvars
 
 #: Seconds ``scalelab up`` waits for the hub to answer before it gives up.
 READY_TIMEOUT_S = 180

@@ -13,9 +13,8 @@ import sys
 from collections.abc import MutableMapping
 from typing import Any
 
-from scalelab.store import StoreError, open_store, store_settings
-
 from scalelab import envvars
+from scalelab.store import StoreError, open_store, store_settings
 
 #: Spark master when the hub set none: all cores of this machine.
 DEFAULT_SPARK_MASTER = "local[*]"

@@ -11,9 +11,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from scalelab.kernels.specs import KERNEL_NAMES
-
 from scalelab import envvars
+from scalelab.kernels.specs import KERNEL_NAMES
 
 
 def server_environment(
@@ -46,7 +45,8 @@ def server_environment(
     -------
     dict
         ``SCALELAB_*`` variables, ``CUDA_VISIBLE_DEVICES`` (GPU UUIDs, comma-separated, or ``""``
-        which hides every GPU) and ``JUPYTER_PATH``.
+        which hides every GPU), ``NVIDIA_VISIBLE_DEVICES`` when GPUs are held, and
+        ``JUPYTER_PATH``.
     """
     paths = [*jupyter_path, *filter(None, inherited_jupyter_path.split(os.pathsep))]
     env = {
@@ -57,6 +57,8 @@ def server_environment(
         envvars.GPUS: ",".join(gpu_uuids),
         "CUDA_VISIBLE_DEVICES": ",".join(gpu_uuids),
     }
+    if gpu_uuids:  # for the NVIDIA container runtime, when servers run in containers
+        env["NVIDIA_VISIBLE_DEVICES"] = ",".join(gpu_uuids)
     if paths:
         env["JUPYTER_PATH"] = os.pathsep.join(dict.fromkeys(paths))
     return env

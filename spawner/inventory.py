@@ -1,31 +1,40 @@
-"""GPU inventory through NVML (nvidia-ml-py).
+"""GPU inventory: discovered through NVML (nvidia-ml-py), or declared in the configuration.
 
 NVML is the NVIDIA Management Library that ``nvidia-smi`` uses; its Python binding is the
 ``nvidia-ml-py`` package (module ``pynvml``). Without an NVIDIA driver, ``nvmlInit`` raises
 ``NVMLError_LibraryNotFound`` (a ``pynvml.NVMLError``): the inventory is then empty and ScaleLab
-runs CPU-only.
+runs CPU-only. With MIG mode on, each MIG instance is an allocatable device of its own, named
+by its ``MIG-...`` UUID, which ``CUDA_VISIBLE_DEVICES`` accepts.
+
+Every NVML call here blocks; the hub calls them through :func:`discover_gpus` and
+:func:`nvml_busy`, which run them in a worker thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+_MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class GPU:
-    """One allocatable GPU (a whole device, or later a MIG instance).
+    """One allocatable GPU: a whole device or a MIG instance.
 
     Attributes
     ----------
     index
-        NVML device index on the host (not necessarily the index a server's CUDA sees).
+        NVML device index on the host (of the parent device for a MIG instance); not
+        necessarily the index a server's CUDA sees.
     uuid
-        NVML UUID, e.g. ``"GPU-5c3b..."``; what ``CUDA_VISIBLE_DEVICES`` is given.
+        NVML UUID, ``"GPU-..."`` or ``"MIG-..."``; what ``CUDA_VISIBLE_DEVICES`` is given.
     name
         Product name, e.g. ``"NVIDIA H200"``.
     memory_mib
-        Total device memory in MiB.
+        Device (or instance) memory in MiB.
     """
 
     index: int
@@ -43,7 +52,8 @@ class GPUInventory:
     gpus
         The devices, in NVML index order.
     source
-        ``"nvml"`` when discovered, or ``"none"`` when NVML is unavailable.
+        ``"nvml"`` (discovered), ``"declared"`` (from ``ScaleLabSpawner.declared_gpus``: no
+        NVML check is made on them), or ``"none"`` (NVML unavailable).
     reason
         Why the inventory is empty (the NVML error), or ``""``.
     """
@@ -52,9 +62,47 @@ class GPUInventory:
     source: str
     reason: str = ""
 
+    def describe(self) -> str:
+        """One log line: what was found, from where."""
+        if not self.gpus:
+            return f"no GPU: servers run CPU-only ({self.reason or self.source})"
+        names = ", ".join(f"{g.index}: {g.name} {g.memory_mib} MiB ({g.uuid})" for g in self.gpus)
+        kind = (
+            "DECLARED in the configuration, not checked by NVML"
+            if self.source == "declared"
+            else "found by NVML"
+        )
+        return f"{len(self.gpus)} GPU(s) {kind}: {names}"
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _devices(pynvml: Any, index: int, handle: Any) -> list[GPU]:
+    """The allocatable devices of one physical GPU: itself, or its MIG instances."""
+    name = _text(pynvml.nvmlDeviceGetName(handle))
+    try:
+        current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+    except pynvml.NVMLError:  # not MIG-capable
+        current = 0
+    if current != pynvml.NVML_DEVICE_MIG_ENABLE:
+        memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total // _MIB
+        return [GPU(index, _text(pynvml.nvmlDeviceGetUUID(handle)), name, int(memory))]
+    instances = []
+    for mig_index in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, mig_index)
+        except pynvml.NVMLError:  # an empty slot
+            continue
+        memory = pynvml.nvmlDeviceGetMemoryInfo(mig).total // _MIB
+        uuid = _text(pynvml.nvmlDeviceGetUUID(mig))
+        instances.append(GPU(index, uuid, f"{name} MIG {mig_index}", int(memory)))
+    return instances
+
 
 def discover_nvml() -> GPUInventory:
-    """Query NVML for the host's GPUs. Blocking: call it from a thread (see :func:`discover_gpus`).
+    """Query NVML for the host's GPUs (MIG instances as separate devices). Blocking.
 
     Returns
     -------
@@ -64,25 +112,16 @@ def discover_nvml() -> GPUInventory:
     """
     try:
         import pynvml
-    except ImportError as exc:  # the binding is a dependency, but a broken install must not crash
+    except ImportError as exc:  # a dependency, but a broken install must not crash the hub
         return GPUInventory((), "none", f"nvidia-ml-py is not importable ({exc})")
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
         return GPUInventory((), "none", f"NVML unavailable: {exc}")
     try:
-        gpus = []
+        gpus: list[GPU] = []
         for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            gpus.append(
-                GPU(
-                    index=index,
-                    uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
-                    name=_text(pynvml.nvmlDeviceGetName(handle)),
-                    memory_mib=int(memory.total) // (1024 * 1024),
-                )
-            )
+            gpus.extend(_devices(pynvml, index, pynvml.nvmlDeviceGetHandleByIndex(index)))
         return GPUInventory(tuple(gpus), "nvml")
     except pynvml.NVMLError as exc:
         return GPUInventory((), "none", f"NVML query failed: {exc}")
@@ -90,10 +129,83 @@ def discover_nvml() -> GPUInventory:
         pynvml.nvmlShutdown()
 
 
+def declared_inventory(entries: Sequence[Mapping[str, Any]]) -> GPUInventory:
+    """An inventory from ``ScaleLabSpawner.declared_gpus`` (tests, hosts NVML cannot see).
+
+    Parameters
+    ----------
+    entries
+        ``[{"uuid": "GPU-test-0", "name": "declared test GPU", "memory_mib": 81920}, ...]``;
+        ``name`` and ``memory_mib`` are optional.
+
+    Raises
+    ------
+    ValueError
+        An entry without a ``uuid``, with an unknown key, or a UUID declared twice.
+    """
+    allowed = {"uuid", "name", "memory_mib"}
+    gpus = []
+    for index, entry in enumerate(entries):
+        unknown = set(entry) - allowed
+        if unknown or not isinstance(entry.get("uuid"), str) or not entry["uuid"]:
+            raise ValueError(
+                f"ScaleLabSpawner.declared_gpus[{index}] needs a 'uuid' and only {sorted(allowed)}"
+            )
+        gpus.append(
+            GPU(
+                index,
+                entry["uuid"],
+                str(entry.get("name", "declared GPU")),
+                int(entry.get("memory_mib", 0)),
+            )
+        )
+    uuids = [g.uuid for g in gpus]
+    if len(set(uuids)) != len(uuids):
+        raise ValueError(f"ScaleLabSpawner.declared_gpus names a UUID twice: {uuids}")
+    return GPUInventory(tuple(gpus), "declared")
+
+
+def exclude(inventory: GPUInventory, excluded: Iterable[str]) -> GPUInventory:
+    """The inventory without the GPUs named in ``excluded`` (UUIDs, or host indices as text)."""
+    excluded = set(excluded)
+    kept = tuple(
+        g for g in inventory.gpus if g.uuid not in excluded and str(g.index) not in excluded
+    )
+    return GPUInventory(kept, inventory.source, inventory.reason)
+
+
 async def discover_gpus() -> GPUInventory:
     """:func:`discover_nvml` in a worker thread, so the hub's event loop never blocks on NVML."""
     return await asyncio.to_thread(discover_nvml)
 
 
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+def nvml_processes(uuid: str) -> str | None:
+    """Processes holding memory on a GPU, as one line, or None when there are none. Blocking.
+
+    Returns None as well when NVML cannot be asked (no driver): nothing proves the GPU busy.
+    """
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 -- no binding, no driver: nothing can be told
+        return None
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        procs = [
+            *pynvml.nvmlDeviceGetComputeRunningProcesses(handle),
+            *pynvml.nvmlDeviceGetGraphicsRunningProcesses(handle),
+        ]
+    except pynvml.NVMLError:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+    if not procs:
+        return None
+    held = ", ".join(f"pid {p.pid} holds {(p.usedGpuMemory or 0) // _MIB} MiB" for p in procs)
+    return f"NVML shows {held}"
+
+
+async def nvml_busy(uuid: str) -> str | None:
+    """:func:`nvml_processes` in a worker thread (the allocator's busy check on real GPUs)."""
+    return await asyncio.to_thread(nvml_processes, uuid)

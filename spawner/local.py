@@ -5,8 +5,9 @@ users need no system account: each home is ``<home_root>/<username>`` and the se
 hub's own user. With ``home_root`` empty, servers run as the system user of the same name, as with
 ``LocalProcessSpawner``.
 
-GPUs: the inventory comes from NVML (:mod:`scalelab.spawner.inventory`). Until GPU profiles are
-configured, every server is CPU-only and ``CUDA_VISIBLE_DEVICES`` is empty, which hides any GPU.
+GPUs (:mod:`scalelab.spawner.gpu_spawner`): the student picks a profile in the spawn form; the
+server gets the granted GPUs' UUIDs in ``CUDA_VISIBLE_DEVICES``, or an empty value, which hides
+every GPU from a CPU-only server.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import sys
 from pathlib import Path
 
 from jupyterhub.spawner import LocalProcessSpawner
-from scalelab.spawner.environment import server_args, server_environment
-from scalelab.spawner.inventory import GPUInventory, discover_gpus
 from traitlets import Dict, List, Unicode, default
 
+from scalelab.spawner.environment import server_args, server_environment
+from scalelab.spawner.gpu_spawner import GPUSpawnerMixin
 
-class ScaleLabSpawner(LocalProcessSpawner):
+
+class ScaleLabSpawner(GPUSpawnerMixin, LocalProcessSpawner):
     """Spawner of ScaleLab's single-user servers (local processes)."""
 
     home_root = Unicode(
@@ -62,9 +64,10 @@ class ScaleLabSpawner(LocalProcessSpawner):
     spark_driver_memory = Unicode(
         "1g",
         config=True,
-        help="""Spark driver memory of the PySpark kernel (`spark.driver.memory`), a JVM size such
-        as `512m` or `2g`. In local mode the executors live in the driver, so this is Spark's
-        whole heap.""",
+        help="""Default Spark driver memory of the PySpark kernel (`spark.driver.memory`), a JVM
+        size such as `512m` or `2g`; students may pick another of
+        `spark_driver_memory_choices` in the spawn form. In local mode the executors live in
+        the driver, so this is Spark's whole heap.""",
     )
 
     kernelspec_path = List(
@@ -83,8 +86,6 @@ class ScaleLabSpawner(LocalProcessSpawner):
     @default("default_url")
     def _default_default_url(self) -> str:
         return "/lab"
-
-    _inventory: GPUInventory | None = None
 
     @property
     def home_dir(self) -> str:
@@ -123,19 +124,6 @@ class ScaleLabSpawner(LocalProcessSpawner):
             return await super().move_certs(paths)
         return paths
 
-    async def gpu_inventory(self) -> GPUInventory:
-        """The host's GPUs, discovered once per hub through NVML in a thread; logged once."""
-        cls = type(self)
-        if cls._inventory is None:
-            cls._inventory = await discover_gpus()
-            inv = cls._inventory
-            if inv.gpus:
-                names = ", ".join(f"{g.index}: {g.name} ({g.uuid})" for g in inv.gpus)
-                self.log.info("ScaleLab found %d GPU(s) through NVML: %s", len(inv.gpus), names)
-            else:
-                self.log.info("ScaleLab runs CPU-only: no GPU found (%s)", inv.reason)
-        return cls._inventory
-
     def get_env(self):
         if not self.store_url:
             raise ValueError(
@@ -148,8 +136,10 @@ class ScaleLabSpawner(LocalProcessSpawner):
                 store_url=self.store_url,
                 store_options=self.store_options,
                 spark_master=self.spark_master,
-                spark_driver_memory=self.spark_driver_memory,
-                gpu_uuids=(),
+                spark_driver_memory=(
+                    self._request.spark_driver_memory if self._request else self.spark_driver_memory
+                ),
+                gpu_uuids=self.gpu_uuids,
                 jupyter_path=self.kernelspec_path,
                 inherited_jupyter_path=env.get("JUPYTER_PATH", ""),
             )
@@ -165,7 +155,6 @@ class ScaleLabSpawner(LocalProcessSpawner):
         return args
 
     async def start(self):
-        await self.gpu_inventory()
         if self.home_root:
             os.makedirs(self.home_dir, 0o700, exist_ok=True)
         return await super().start()

@@ -118,6 +118,7 @@ def parse_user_options(
     options: Mapping[str, Any] | None,
     profiles: Sequence[Profile],
     memory_choices: Sequence[str],
+    memory_default: str | None = None,
 ) -> SpawnRequest:
     """Validate untrusted ``user_options``.
 
@@ -128,7 +129,9 @@ def parse_user_options(
     profiles
         The configured profiles.
     memory_choices
-        Offered Spark driver memory sizes (JVM sizes such as ``"2g"``); the first is the default.
+        Offered Spark driver memory sizes (JVM sizes such as ``"2g"``).
+    memory_default
+        The size used when none is asked for; the first choice when None.
 
     Returns
     -------
@@ -158,7 +161,7 @@ def parse_user_options(
         raise OptionsError(
             f"'gpus' must be between 0 and {profile.gpus} for profile {profile.slug!r}, not {gpus}"
         )
-    memory = options.get("spark_driver_memory", memory_choices[0])
+    memory = options.get("spark_driver_memory", memory_default or memory_choices[0])
     if memory not in memory_choices:
         raise OptionsError(
             f"'spark_driver_memory' must be one of {', '.join(memory_choices)}, not {memory!r}"

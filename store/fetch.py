@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fsspec import AbstractFileSystem
+
 from scalelab.store.catalog import DATASETS, DatasetSpec, FileSpec
 from scalelab.store.errors import ChecksumError, DataSourceError
 from scalelab.store.shards import CONVERTERS, iter_files

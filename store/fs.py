@@ -9,9 +9,9 @@ from typing import Any
 
 import fsspec
 from fsspec.implementations.dirfs import DirFileSystem
-from scalelab.store.errors import StoreConfigError
 
 from scalelab import envvars
+from scalelab.store.errors import StoreConfigError
 
 ENV_STORE_URL = envvars.STORE_URL
 ENV_STORE_OPTIONS = envvars.STORE_OPTIONS

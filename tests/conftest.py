@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from scalelab.kernels import install_kernelspecs
 from scalelab.store import DATASETS, fetch_dataset, open_store
 

@@ -1,7 +1,8 @@
 """A real ``scalelab up`` in a child process, driven through JupyterHub's REST API.
 
 The test's own ``jupyterhub_config.py`` (given with ``--config``, as an operator would) adds a
-service whose token has JupyterHub's built-in admin role, for the REST calls.
+service whose token has JupyterHub's built-in admin role, for the REST calls, and any
+``extra_config`` lines of the test's (e.g. a declared GPU inventory).
 """
 
 from __future__ import annotations
@@ -21,9 +22,18 @@ from pathlib import Path
 
 import psutil
 import requests
-from scalelab.hub_ext.up import free_port
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
+
+from scalelab.hub_ext.up import free_port
+
+#: A declared inventory of two GPUs: this machine has none, so tests name theirs as fakes.
+TWO_FAKE_GPUS = (
+    "c.ScaleLabSpawner.declared_gpus = [\n"
+    "    {'uuid': 'GPU-fake-0000', 'name': 'fake test GPU 0', 'memory_mib': 1024},\n"
+    "    {'uuid': 'GPU-fake-0001', 'name': 'fake test GPU 1', 'memory_mib': 1024},\n"
+    "]\n"
+)
 
 # The last line of the banner: everything scalelab up prints on start is in `output` by then.
 READY_LINE = "  Press Ctrl-C to stop"
@@ -32,7 +42,7 @@ READY_LINE = "  Press Ctrl-C to stop"
 class ScaleLabUp:
     """``python -m scalelab up`` with a state folder, port and password of the test's."""
 
-    def __init__(self, state_dir: Path, env: dict[str, str] | None = None):
+    def __init__(self, state_dir: Path, env: dict[str, str] | None = None, extra_config: str = ""):
         self.state_dir = state_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -47,7 +57,7 @@ class ScaleLabUp:
             "]\n"
             "c.JupyterHub.load_roles = [\n"
             "    {'name': 'admin', 'services': ['scalelab-tests']},\n"
-            "]\n"
+            "]\n" + extra_config
         )
         self.argv = [
             sys.executable, "-m", "scalelab", "up",
@@ -208,3 +218,36 @@ async def execute(
     finally:
         ws.close()
     raise AssertionError(f"no reply from the kernel in {timeout_s} s: {outcome}")
+
+
+def server_environ(hub: ScaleLabUp, user: str) -> dict[str, str]:
+    """Environment of ``user``'s running single-user server process (read through /proc)."""
+    for proc in hub.descendants():
+        try:
+            if (
+                "jupyterhub.singleuser" in proc.cmdline()
+                and proc.environ().get("JUPYTERHUB_USER") == user
+            ):
+                return proc.environ()
+        except psutil.NoSuchProcess:
+            continue
+    raise AssertionError(f"no running server of {user}")
+
+
+def progress_events(hub: ScaleLabUp, user: str, until, timeout_s: float = 60) -> list[dict]:
+    """Read a pending spawn's progress events (its EventSource) until ``until(event)``."""
+    url = f"{hub.url}/hub/api/users/{user}/server/progress"
+    headers = {"Authorization": f"token {hub.token}"}
+    events: list[dict] = []
+    deadline = time.monotonic() + timeout_s
+    with requests.get(url, headers=headers, stream=True, timeout=timeout_s) as response:
+        assert response.status_code == 200, response.text
+        for line in response.iter_lines(decode_unicode=True):
+            if line and line.startswith("data:"):
+                event = json.loads(line[len("data:") :])
+                events.append(event)
+                if until(event):
+                    return events
+            if time.monotonic() > deadline:
+                break
+    raise AssertionError(f"progress never showed what was awaited: {events}")

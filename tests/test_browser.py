@@ -1,5 +1,6 @@
-"""A student in a real browser: Debian's Chromium, driven by Playwright, through login -> spawn ->
-JupyterLab showing ScaleLab's three kernels and the two labs. Saves the README's screenshot."""
+"""A student in a real browser: Debian's Chromium, driven by Playwright, through login -> spawn
+form (profiles with free-GPU counts, from a declared inventory of two fake GPUs) -> JupyterLab
+showing ScaleLab's three kernels and the two labs. Saves the README's screenshots."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from tests.conftest import REPO
-from tests.hubproc import ScaleLabUp
+from tests.hubproc import TWO_FAKE_GPUS, ScaleLabUp
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Flags for a closed network and a root user (see the machine notes in the README of env).
@@ -24,11 +25,12 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 SCREENSHOT = REPO / "docs" / "screenshot-launcher.png"
+FORM_SCREENSHOT = REPO / "docs" / "screenshot-spawn-form.png"
 
 
 @pytest.fixture
 def hub(tmp_path: Path):
-    up = ScaleLabUp(tmp_path / "state")
+    up = ScaleLabUp(tmp_path / "state", extra_config=TWO_FAKE_GPUS)
     try:
         up.start()
         yield up
@@ -54,6 +56,15 @@ def test_student_logs_in_and_sees_the_three_kernels_and_the_labs(hub: ScaleLabUp
             page.fill("#username_input", "bob")
             page.fill("#password_input", hub.password)
             page.click("#login_submit")
+
+            form = page.locator("#scalelab-options")
+            expect(form).to_be_visible(timeout=60_000)
+            for name in ("CPU only", "1 GPU", "2 GPUs"):
+                expect(form.get_by_text(name, exact=True)).to_be_visible()
+            expect(form.locator(".scalelab-free").first).to_have_text("2 of 2 GPUs free")
+            expect(page.locator("#profile-cpu")).to_be_checked()
+            page.screenshot(path=str(FORM_SCREENSHOT))
+            page.get_by_role("button", name="Start").click()
             page.wait_for_url("**/user/bob/lab**", timeout=240_000)
 
             cards = page.locator(".jp-Launcher-section").filter(has_text="Notebook")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
 from scalelab.store import (
     ChecksumError,
     DataSourceError,

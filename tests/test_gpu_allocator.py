@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from scalelab.spawner.allocator import GPUAllocator
 from scalelab.spawner.ledger import Holding, LedgerError
 from scalelab.spawner.policy import LimitRule, PolicyError

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from scalelab.spawner.ledger import GPULedger, Holding, LedgerError
 
 GPUS = ["GPU-a", "GPU-b", "GPU-c"]

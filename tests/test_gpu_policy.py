@@ -5,9 +5,10 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from scalelab.spawner.policy import GPUPolicy, PolicyError, check_request, effective_limits
 from traitlets import TraitError
 from traitlets.config import Config
+
+from scalelab.spawner.policy import GPUPolicy, PolicyError, check_request, effective_limits
 
 DEADLINE = dt.date(2027, 5, 20)
 

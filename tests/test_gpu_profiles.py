@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from scalelab.spawner.profiles import (
     OptionsError,
     check_memory_choices,

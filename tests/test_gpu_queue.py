@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from scalelab.spawner.queue import GPUQueue, QueueEntry, Usage, estimate_waits, gpu_hours
 
 HOUR = 3600.0

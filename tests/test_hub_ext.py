@@ -9,6 +9,8 @@ import threading
 from pathlib import Path
 
 import pytest
+
+from scalelab.cli import main
 from scalelab.hub_ext.hubconfig import UpSettings, config_file_text, embedded_config
 from scalelab.hub_ext.labs import bundled_labs, distribute_labs
 from scalelab.hub_ext.up import (
@@ -21,8 +23,6 @@ from scalelab.hub_ext.up import (
     resolve_password,
     wait_ready,
 )
-
-from scalelab.cli import main
 
 
 def _settings(tmp_path: Path) -> UpSettings:

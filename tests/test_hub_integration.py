@@ -8,8 +8,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from scalelab.kernels.specs import KERNEL_NAMES
 
+from scalelab.kernels.specs import KERNEL_NAMES
 from tests.hubproc import ScaleLabUp, execute
 
 LABS = {"lab1_millionsong_regression.ipynb", "lab2_fashion_mnist_convnet.ipynb"}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
+
 from scalelab.kernels import KERNEL_NAMES, install_kernelspecs, kernelspec
 from scalelab.kernels.startup import gpu_banner, spark_conf
 

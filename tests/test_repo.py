@@ -7,8 +7,8 @@ import sys
 
 import nbformat
 import pytest
-from scalelab.kernels import KERNEL_NAMES
 
+from scalelab.kernels import KERNEL_NAMES
 from tests.conftest import REPO
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))

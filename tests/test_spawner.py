@@ -8,10 +8,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from traitlets.config import Config
+
 from scalelab.spawner import ScaleLabSpawner
 from scalelab.spawner.environment import server_args, server_environment
 from scalelab.spawner.inventory import discover_nvml
-from traitlets.config import Config
 
 
 def test_registered_under_the_jupyterhub_spawners_entry_point():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import fsspec
 import pytest
+
 from scalelab.store import StoreConfigError, open_store, store_settings, store_url
 
 

@@ -1,0 +1,391 @@
+"""GPUs for any JupyterHub spawner: profiles, validated ``user_options``, allocation and queue.
+
+:class:`GPUSpawnerMixin` adds ScaleLab's GPU handling to a spawner class; the backend hands the
+granted GPUs (:attr:`GPUSpawnerMixin.gpu_uuids`) to its server (local processes:
+``CUDA_VISIBLE_DEVICES``, see :mod:`scalelab.spawner.environment`).
+
+The hub keeps one :class:`~scalelab.spawner.allocator.GPUAllocator` for all spawners, built at
+the first spawner's first use from the inventory (NVML, or ``declared_gpus``) and
+:class:`~scalelab.spawner.policy.GPUPolicy`.
+
+Per spawn attempt: ``apply_user_options`` validates the options (HTTP 400/409 with the reason
+on bad input, nothing allocated) and, for a GPU request, lifts JupyterHub's ``start_timeout``
+by ``gpu_queue_timeout`` so that waiting in the queue is not a failed start; ``start`` waits
+for the GPUs, then launches; ``progress`` reports the queue position and estimated wait.
+GPUs are released on stop, on death found by ``poll``, on a failed start and on cancel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any, ClassVar
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jupyterhub.spawner import Spawner
+from tornado import web
+from traitlets import Dict, Float, List, Unicode, default
+
+from scalelab.spawner.allocator import GPUAllocator, never_busy
+from scalelab.spawner.inventory import (
+    GPUInventory,
+    declared_inventory,
+    discover_gpus,
+    exclude,
+    nvml_busy,
+)
+from scalelab.spawner.ledger import Holding, LedgerError
+from scalelab.spawner.policy import GPUPolicy, PolicyError
+from scalelab.spawner.profiles import (
+    OptionsError,
+    Profile,
+    SpawnRequest,
+    check_memory_choices,
+    default_profile,
+    options_from_form,
+    parse_user_options,
+    profiles_from_config,
+)
+from scalelab.templates import templates_dir
+
+#: Version of the ``scalelab`` section in the spawner state.
+STATE_VERSION = 1
+#: ``gpu_queue_timeout`` of 0 means this long: a queued request waits until cancelled.
+_NO_QUEUE_LIMIT_S = 30 * 24 * 3600.0
+
+DEFAULT_PROFILES = [
+    {
+        "slug": "cpu",
+        "display_name": "CPU only",
+        "description": "PySpark and small models",
+        "default": True,
+    },
+    {"slug": "gpu-1", "display_name": "1 GPU", "gpus": 1, "description": "Training on one GPU"},
+    {"slug": "gpu-2", "display_name": "2 GPUs", "gpus": 2, "description": "Multi-GPU training"},
+]
+
+
+def format_wait(seconds: float) -> str:
+    """``"about 25 min"``, ``"under a minute"``, ``"unknown"``."""
+    if math.isinf(seconds):
+        return "unknown"
+    if seconds < 60:
+        return "under a minute"
+    if seconds < 3600:
+        return f"about {round(seconds / 60)} min"
+    return f"about {seconds / 3600:.1f} h"
+
+
+class GPUSpawnerMixin(Spawner):
+    """GPU profiles, allocation and queue for a JupyterHub spawner class.
+
+    Put it first among the bases: ``class MySpawner(GPUSpawnerMixin, KubeSpawner)``.
+    """
+
+    profiles = List(
+        Dict(),
+        default_value=DEFAULT_PROFILES,
+        config=True,
+        help="""Profiles of the spawn form: [{"slug": "gpu-1", "display_name": "1 GPU", "gpus": 1,
+        "description": "...", "default": false}, ...]. Profiles that ask for more GPUs than the
+        hub has are hidden. Misspelt keys are an error.""",
+    )
+    spark_driver_memory_choices = List(
+        Unicode(),
+        default_value=["1g", "2g", "4g"],
+        config=True,
+        help="Spark driver memory sizes students may pick (JVM sizes); the first is the default.",
+    )
+    declared_gpus = List(
+        Dict(),
+        config=True,
+        help="""Declare the GPU inventory instead of asking NVML: [{"uuid": "GPU-test-0",
+        "name": "declared test GPU", "memory_mib": 81920}]. For tests and hosts NVML cannot
+        see; logged as DECLARED, and released GPUs are not checked for leftover processes.""",
+    )
+    exclude_gpus = List(
+        Unicode(),
+        config=True,
+        help='GPUs never handed out: UUIDs, or NVML host indices as text ("0").',
+    )
+    gpu_queue_timeout = Float(
+        0.0,
+        min=0.0,
+        config=True,
+        help="""Seconds a GPU request may wait in the queue before the spawn fails.
+        0: wait until the student cancels.""",
+    )
+    fair_share_s_per_gpu_hour = Float(
+        60.0,
+        min=0.0,
+        config=True,
+        help="""Queue fairness: seconds a request moves back in line for every GPU-hour its user
+        held in the last 7 days. 0: plain first come, first served.""",
+    )
+    options_template_paths = List(
+        Unicode(),
+        config=True,
+        help="Folders searched before ScaleLab's own for `spawn_options.html` (the spawn form).",
+    )
+
+    _allocator: ClassVar[GPUAllocator | None] = None
+    _inventory: ClassVar[GPUInventory | None] = None
+    _policy: ClassVar[GPUPolicy | None] = None
+    _pending_restores: ClassVar[list[Holding]] = []
+    _allocator_lock: ClassVar[asyncio.Lock | None] = None
+
+    _request: SpawnRequest | None = None
+    _holding: Holding | None = None
+    _base_start_timeout: float | None = None
+
+    # -- the hub-wide allocator ------------------------------------------------------------------
+
+    async def gpu_allocator(self) -> GPUAllocator:
+        """The hub's allocator; built on first use (inventory discovery runs in a thread)."""
+        cls = GPUSpawnerMixin
+        if cls._allocator_lock is None:
+            cls._allocator_lock = asyncio.Lock()
+        async with cls._allocator_lock:
+            if cls._allocator is None:
+                if self.declared_gpus:
+                    inventory, busy = declared_inventory(self.declared_gpus), never_busy
+                else:
+                    inventory, busy = await discover_gpus(), nvml_busy
+                inventory = exclude(inventory, self.exclude_gpus)
+                policy = GPUPolicy(config=self.config)
+                policy_session_s = policy.max_gpu_session_hours * 3600 or 3600.0
+                allocator = GPUAllocator(
+                    [g.uuid for g in inventory.gpus],
+                    policy.rules(),
+                    session_s=policy_session_s,
+                    fair_share_s_per_gpu_hour=self.fair_share_s_per_gpu_hour,
+                    busy_check=busy,
+                )
+                self.log.info("ScaleLab GPU inventory: %s", inventory.describe())
+                for holding in cls._pending_restores:
+                    self._restore(allocator, holding)
+                cls._pending_restores.clear()
+                cls._inventory, cls._allocator, cls._policy = inventory, allocator, policy
+        return cls._allocator
+
+    def _restore(self, allocator: GPUAllocator, holding: Holding) -> None:
+        try:
+            allocator.ledger.restore(holding)
+        except LedgerError as exc:
+            self.log.error("ScaleLab could not restore the GPUs of %s: %s", holding.server, exc)
+
+    @property
+    def server_key(self) -> str:
+        """``"<user>/<server name>"``: this server in the ledger and the queue."""
+        return f"{self.user.name}/{self.name}"
+
+    def _profiles(self) -> list[Profile]:
+        try:
+            return profiles_from_config(self.profiles)
+        except ValueError as exc:
+            raise web.HTTPError(500, f"ScaleLab is misconfigured: {exc}") from None
+
+    def _offered(self, total: int) -> list[Profile]:
+        return [p for p in self._profiles() if p.gpus <= total]
+
+    # -- spawn form ------------------------------------------------------------------------------
+
+    @default("options_form")
+    def _default_options_form(self):
+        return self.render_options_form
+
+    async def render_options_form(self, spawner=None) -> str:
+        """The spawn form's HTML: profiles with free-GPU counts, Spark driver memory."""
+        allocator = await self.gpu_allocator()
+        total = len(allocator.ledger.inventory)
+        offered = self._offered(total)
+        env = Environment(
+            loader=FileSystemLoader([*self.options_template_paths, str(templates_dir())]),
+            autoescape=select_autoescape(default=True, default_for_string=True),
+        )
+        memory = check_memory_choices(self.spark_driver_memory_choices)
+        return env.get_template("spawn_options.html").render(
+            profiles=offered,
+            default=default_profile(offered).slug,
+            free=len(allocator.ledger.free()),
+            total=total,
+            memory_choices=memory,
+            memory_default=self._memory_default(memory),
+            queue_length=len(allocator.queue),
+        )
+
+    def _memory_default(self, choices: list[str]) -> str:
+        configured = getattr(self, "spark_driver_memory", "")
+        return configured if configured in choices else choices[0]
+
+    def options_from_form(self, formdata):
+        return options_from_form(formdata)
+
+    # -- per attempt: validate, then allocate ----------------------------------------------------
+
+    @default("apply_user_options")
+    def _default_apply_user_options(self):
+        return GPUSpawnerMixin.apply_scalelab_options
+
+    async def apply_scalelab_options(self, user_options: dict[str, Any] | None) -> None:
+        """Validate this attempt's ``user_options`` (JupyterHub's ``apply_user_options`` hook).
+
+        Raises
+        ------
+        tornado.web.HTTPError
+            400 for bad options (unknown key, wrong type, unknown profile, too many GPUs), 409
+            when the user's other servers already hold their share. Nothing is allocated.
+        """
+        self._request = None  # every attempt starts from its own options
+        allocator = await self.gpu_allocator()
+        offered = self._offered(len(allocator.ledger.inventory))
+        try:
+            memory = check_memory_choices(self.spark_driver_memory_choices)
+            request = parse_user_options(
+                user_options, offered, memory, self._memory_default(memory)
+            )
+            allocator.check(self.server_key, self.user.name, request.gpus, *self._who())
+        except OptionsError as exc:
+            self._forget_options()
+            raise web.HTTPError(400, f"Invalid server options: {exc}") from None
+        except PolicyError as exc:
+            self._forget_options()
+            raise web.HTTPError(exc.status, str(exc)) from None
+        self._request = request
+        if self._base_start_timeout is None:
+            self._base_start_timeout = self.start_timeout  # as configured
+        queue_s = (self.gpu_queue_timeout or _NO_QUEUE_LIMIT_S) if request.gpus else 0
+        self.start_timeout = int(self._base_start_timeout + queue_s)
+
+    def _forget_options(self) -> None:
+        """Drop the options of a failed attempt, which JupyterHub would reuse for the next start
+        without options: a refused or abandoned GPU request must not come back."""
+        if getattr(self, "orm_spawner", None) is not None:
+            self.orm_spawner.user_options = None
+            if self.db is not None:
+                self.db.commit()
+
+    def _who(self) -> tuple[list[str], bool]:
+        """The user's JupyterHub groups, and whether limits spare them (an exempt admin)."""
+        groups = [g.name for g in getattr(self.user, "groups", [])]
+        policy = GPUSpawnerMixin._policy
+        exempt = bool(policy and policy.admins_exempt and getattr(self.user, "admin", False))
+        return groups, exempt
+
+    async def allocate_gpus(self) -> Holding:
+        """Wait for this attempt's GPUs (queue), or none for a CPU-only request."""
+        allocator = await self.gpu_allocator()
+        if self._request is None:  # apply_user_options was overridden by ops: validate here
+            await self.apply_scalelab_options(self.user_options)
+        request = self._request
+        assert request is not None
+        if request.gpus and allocator.status(self.server_key) is None:
+            self.log.info("%s asks for %d GPU(s)", self.server_key, request.gpus)
+        groups, exempt = self._who()
+        self._holding = await allocator.acquire(
+            self.server_key, self.user.name, request.gpus, groups, exempt
+        )
+        if self._holding.gpus:
+            self.log.info("%s holds GPU(s) %s", self.server_key, ", ".join(self._holding.gpus))
+        return self._holding
+
+    async def release_gpus(self) -> None:
+        """Give back this server's GPUs (and withdraw a queued request)."""
+        allocator = await self.gpu_allocator()
+        await allocator.cancel(self.server_key)
+        released = await allocator.release(self.server_key)
+        if released:
+            self.log.info("%s released GPU(s) %s", self.server_key, ", ".join(released))
+        self._holding = None
+
+    @property
+    def gpu_uuids(self) -> tuple[str, ...]:
+        """UUIDs of the GPUs this server holds (empty: CPU only)."""
+        return self._holding.gpus if self._holding else ()
+
+    # -- progress on the pending page ------------------------------------------------------------
+
+    async def progress(self):
+        """Queue position and estimated wait while waiting; then what was granted."""
+        announced = False
+        while self.pending == "spawn":
+            allocator = await self.gpu_allocator()
+            status = allocator.status(self.server_key)
+            if status is not None:
+                yield {
+                    "progress": 10,
+                    "message": (
+                        f"Waiting for a GPU: you are number {status.position} of {status.length} "
+                        f"in the queue, estimated wait {format_wait(status.wait_s)}. "
+                        "Cancel to start without waiting, or with other options."
+                    ),
+                    "scalelab_queue": {
+                        "position": status.position,
+                        "length": status.length,
+                        "wait_s": None if math.isinf(status.wait_s) else round(status.wait_s),
+                    },
+                }
+            elif self._holding is not None and not announced:
+                announced = True
+                what = ", ".join(self._holding.gpus) if self._holding.gpus else "CPU only"
+                yield {
+                    "progress": 50,
+                    "message": f"Resources granted ({what}); starting your server.",
+                }
+            await asyncio.sleep(1)
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def get_state(self):
+        state = super().get_state()
+        if self._holding is not None and self._holding.gpus:
+            state["scalelab"] = {
+                "version": STATE_VERSION,
+                "gpus": list(self._holding.gpus),
+                "since": self._holding.since,
+            }
+        return state
+
+    def load_state(self, state):
+        super().load_state(state)
+        saved = state.get("scalelab")
+        if not saved or saved.get("version") != STATE_VERSION:
+            return
+        holding = Holding(
+            self.server_key, self.user.name, tuple(saved["gpus"]), float(saved["since"])
+        )
+        self._holding = holding
+        if GPUSpawnerMixin._allocator is not None:
+            self._restore(GPUSpawnerMixin._allocator, holding)
+        else:
+            GPUSpawnerMixin._pending_restores.append(holding)
+
+    def clear_state(self):
+        super().clear_state()
+        self._holding = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self):
+        try:
+            await self.allocate_gpus()
+            return await super().start()
+        except BaseException:  # failed, cancelled or abandoned: nothing may stay held
+            await self.release_gpus()
+            self._forget_options()
+            raise
+
+    async def stop(self, now=False):
+        try:
+            await super().stop(now=now)
+        finally:
+            await self.release_gpus()
+
+    async def poll(self):
+        status = await super().poll()
+        allocator = await self.gpu_allocator()
+        if status is not None and allocator.ledger.holding(self.server_key) is not None:
+            await self.release_gpus()
+        if allocator.ledger.quarantined():
+            await allocator.recheck_quarantine()
+        return status

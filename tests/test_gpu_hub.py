@@ -1,0 +1,111 @@
+"""GPUs through the real hub, with a declared inventory of two fake GPUs (this machine has none;
+the inventory is named DECLARED in the hub log). Servers are real local processes; what a
+server was given is read from its environment through /proc, and from its spawner state."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.hubproc import TWO_FAKE_GPUS, ScaleLabUp, progress_events, server_environ
+
+FAKE = ("GPU-fake-0000", "GPU-fake-0001")
+
+
+@pytest.fixture
+def hub(tmp_path: Path):
+    up = ScaleLabUp(
+        tmp_path / "state",
+        extra_config=TWO_FAKE_GPUS + "c.GPUPolicy.max_gpus_per_user = 1\n",
+    )
+    up.start()
+    try:
+        yield up
+        assert up.interrupt() == 0
+    finally:
+        up.kill()
+
+
+def _start(hub: ScaleLabUp, user: str, options: dict | None):
+    if hub.api("GET", f"/users/{user}").status_code == 404:
+        assert hub.api("POST", f"/users/{user}").status_code == 201
+    body = None if options is None else {"user_options": options}
+    return hub.api("POST", f"/users/{user}/server", json=body)
+
+
+def _wait_ready(hub: ScaleLabUp, user: str, timeout_s: float = 120) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        server = hub.api("GET", f"/users/{user}").json()["servers"].get("")
+        if server and server["ready"]:
+            return server
+        time.sleep(0.5)
+    raise AssertionError(f"{user}'s server never got ready")
+
+
+def _gpus(hub: ScaleLabUp, user: str) -> str:
+    return server_environ(hub, user)["CUDA_VISIBLE_DEVICES"]
+
+
+@pytest.mark.integration
+def test_exclusive_gpus_queue_with_visible_position_and_cancel(hub: ScaleLabUp):
+    log = hub.state_dir / "logs" / "jupyterhub.log"
+    for user in ("alice", "bob"):
+        assert _start(hub, user, {"profile": "gpu-1"}).status_code in (201, 202)
+        server = _wait_ready(hub, user)
+        assert server["state"]["scalelab"]["gpus"] == [_gpus(hub, user)]
+    assert {_gpus(hub, "alice"), _gpus(hub, "bob")} == set(FAKE)  # never the same GPU
+    assert server_environ(hub, "alice")["NVIDIA_VISIBLE_DEVICES"] == _gpus(hub, "alice")
+    assert "2 GPU(s) DECLARED in the configuration" in log.read_text()
+
+    # carol waits: position 1 of 1 on the pending page's progress events
+    assert _start(hub, "carol", {"profile": "gpu-1"}).status_code == 202
+    events = progress_events(hub, "carol", lambda e: "scalelab_queue" in e)
+    assert events[-1]["scalelab_queue"]["position"] == 1
+    assert "you are number 1 of 1 in the queue" in events[-1]["message"]
+
+    # dave waits behind carol, then cancels, and is free to start CPU-only at once
+    assert _start(hub, "dave", {"profile": "gpu-1"}).status_code == 202
+    events = progress_events(hub, "dave", lambda e: "scalelab_queue" in e)
+    assert events[-1]["scalelab_queue"]["position"] == 2
+    assert hub.api("DELETE", "/users/dave/server").status_code in (202, 204)
+    deadline = time.monotonic() + 30
+    while hub.api("GET", "/users/dave").json()["servers"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _start(hub, "dave", {"profile": "cpu"}).status_code in (201, 202)
+    _wait_ready(hub, "dave")
+    assert _gpus(hub, "dave") == ""
+
+    # alice stops: her GPU goes to carol, the head of the queue
+    alice_gpu = _gpus(hub, "alice")
+    assert hub.api("DELETE", "/users/alice/server").status_code in (202, 204)
+    _wait_ready(hub, "carol")
+    assert _gpus(hub, "carol") == alice_gpu
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("options", "status", "message"),
+    [
+        ({"gpus": -1}, 400, "'gpus' must be between 0 and 0 for profile 'cpu', not -1"),
+        ({"profile": "gpu-1", "gpus": 99}, 400, "between 0 and 1 for profile 'gpu-1', not 99"),
+        ({"profile": "gpu-1", "gpus": "x"}, 400, "'gpus' must be a whole number, not 'x'"),
+        ({"profile": "a100"}, 400, "unknown profile 'a100'"),
+        ({"gpu": 1}, 400, "unknown option(s) ['gpu']"),
+        ({"profile": "gpu-2"}, 409, "you may hold at most 1 (GPUPolicy.max_gpus_per_user)"),
+    ],
+)
+def test_tampered_requests_are_refused_and_the_next_start_asks_for_no_gpu(
+    hub: ScaleLabUp, options: dict, status: int, message: str
+):
+    response = _start(hub, "eve", options)
+    assert response.status_code == status, response.text
+    assert message in response.json()["message"]
+    assert hub.api("GET", "/users/eve").json()["servers"] == {}
+    # A start without options does not reuse the refused request: CPU only, no GPU held.
+    assert _start(hub, "eve", None).status_code in (201, 202)
+    server = _wait_ready(hub, "eve")
+    assert _gpus(hub, "eve") == ""
+    assert "scalelab" not in server["state"]
