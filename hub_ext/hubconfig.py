@@ -120,4 +120,8 @@ def config_file_text(s: UpSettings, operator_config: str | None) -> str:
     ]
     if operator_config:
         lines.append(f"load_subconfig({str(Path(operator_config).resolve())!r})")
+    lines += [
+        "from scalelab.spawner.gpu_spawner import validate_config",
+        "validate_config(c)  # a misspelt GPU setting stops the hub here, with its name",
+    ]
     return "\n".join(lines) + "\n"

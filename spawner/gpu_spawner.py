@@ -25,6 +25,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from jupyterhub.spawner import Spawner
 from tornado import web
 from traitlets import Dict, Float, List, Unicode, default
+from traitlets.config import Config
 
 from scalelab.spawner.allocator import GPUAllocator, never_busy
 from scalelab.spawner.inventory import (
@@ -63,6 +64,26 @@ DEFAULT_PROFILES = [
     {"slug": "gpu-1", "display_name": "1 GPU", "gpus": 1, "description": "Training on one GPU"},
     {"slug": "gpu-2", "display_name": "2 GPUs", "gpus": 2, "description": "Multi-GPU training"},
 ]
+
+
+def validate_config(config: Config) -> None:
+    """Check ScaleLab's GPU configuration when the hub starts, not at the first spawn.
+
+    Call it at the end of ``jupyterhub_config.py`` (``scalelab up`` does):
+    ``from scalelab.spawner.gpu_spawner import validate_config; validate_config(c)``.
+
+    Raises
+    ------
+    traitlets.TraitError, ValueError
+        A misspelt ``GPUPolicy`` setting or key, a bad profile, declared GPU or memory size; the
+        message names it.
+    """
+    GPUPolicy(config=config)
+    section = {**config.get("GPUSpawnerMixin", {}), **config.get("ScaleLabSpawner", {})}
+    profiles_from_config(section.get("profiles", DEFAULT_PROFILES))
+    check_memory_choices(section.get("spark_driver_memory_choices", ["1g"]))
+    if section.get("declared_gpus"):
+        declared_inventory(section["declared_gpus"])
 
 
 def format_wait(seconds: float) -> str:

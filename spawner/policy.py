@@ -18,6 +18,7 @@ Example (``jupyterhub_config.py``)::
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -175,6 +176,17 @@ class GPUPolicy(Configurable):
         config=True,
         help="Whether JupyterHub admins are exempt from every GPU limit (not from the inventory).",
     )
+
+    def __init__(self, **kwargs):
+        with warnings.catch_warnings():  # traitlets only warns of unknown settings; we refuse them
+            warnings.filterwarnings("ignore", "Config option .* not recognized", UserWarning)
+            super().__init__(**kwargs)
+        known = set(self.class_trait_names(config=True))
+        unknown = set(self.config.get("GPUPolicy", {})) - known
+        if unknown:
+            raise TraitError(
+                f"c.GPUPolicy has unknown setting(s) {sorted(unknown)}; known: {sorted(known)}"
+            )
 
     @validate("group_limits")
     def _check_group_limits(self, proposal):

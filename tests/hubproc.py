@@ -220,18 +220,23 @@ async def execute(
     raise AssertionError(f"no reply from the kernel in {timeout_s} s: {outcome}")
 
 
-def server_environ(hub: ScaleLabUp, user: str) -> dict[str, str]:
-    """Environment of ``user``'s running single-user server process (read through /proc)."""
+def server_process(hub: ScaleLabUp, user: str) -> psutil.Process:
+    """``user``'s running single-user server process."""
     for proc in hub.descendants():
         try:
             if (
                 "jupyterhub.singleuser" in proc.cmdline()
                 and proc.environ().get("JUPYTERHUB_USER") == user
             ):
-                return proc.environ()
+                return proc
         except psutil.NoSuchProcess:
             continue
     raise AssertionError(f"no running server of {user}")
+
+
+def server_environ(hub: ScaleLabUp, user: str) -> dict[str, str]:
+    """Environment of ``user``'s running single-user server (read through /proc)."""
+    return server_process(hub, user).environ()
 
 
 def progress_events(hub: ScaleLabUp, user: str, until, timeout_s: float = 60) -> list[dict]:

@@ -4,12 +4,19 @@ server was given is read from its environment through /proc, and from its spawne
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.hubproc import TWO_FAKE_GPUS, ScaleLabUp, progress_events, server_environ
+from tests.hubproc import (
+    TWO_FAKE_GPUS,
+    ScaleLabUp,
+    progress_events,
+    server_environ,
+    server_process,
+)
 
 FAKE = ("GPU-fake-0000", "GPU-fake-0001")
 
@@ -18,7 +25,9 @@ FAKE = ("GPU-fake-0000", "GPU-fake-0001")
 def hub(tmp_path: Path):
     up = ScaleLabUp(
         tmp_path / "state",
-        extra_config=TWO_FAKE_GPUS + "c.GPUPolicy.max_gpus_per_user = 1\n",
+        extra_config=TWO_FAKE_GPUS
+        + "c.GPUPolicy.max_gpus_per_user = 1\n"
+        + "c.ScaleLabSpawner.poll_interval = 2\n",  # notice dead servers within seconds
     )
     up.start()
     try:
@@ -109,3 +118,17 @@ def test_tampered_requests_are_refused_and_the_next_start_asks_for_no_gpu(
     server = _wait_ready(hub, "eve")
     assert _gpus(hub, "eve") == ""
     assert "scalelab" not in server["state"]
+
+
+@pytest.mark.integration
+def test_a_killed_server_releases_its_gpu_at_the_next_poll(hub: ScaleLabUp):
+    for user in ("alice", "bob"):
+        _start(hub, user, {"profile": "gpu-1"})
+        _wait_ready(hub, user)
+    assert _start(hub, "carol", {"profile": "gpu-1"}).status_code == 202
+    progress_events(hub, "carol", lambda e: "scalelab_queue" in e)
+    alice_gpu = _gpus(hub, "alice")
+    server_process(hub, "alice").send_signal(signal.SIGKILL)
+    _wait_ready(hub, "carol")
+    assert _gpus(hub, "carol") == alice_gpu
+    assert hub.api("GET", "/users/alice").json()["servers"] == {}

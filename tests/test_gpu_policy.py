@@ -87,6 +87,7 @@ def test_requests_within_limits_pass():
         ({"dated_limits": [{"max_gpus_per_user": 1}]}, "'from' must be a date"),
         ({"dated_limits": [{"from": "2027-05-20", "groups": "ml"}]}, "'groups' must be a list"),
         ({"max_gpus_per_user": -2}, "max_gpus_per_user"),
+        ({"max_gpu_per_user": 2}, r"c.GPUPolicy has unknown setting\(s\) \['max_gpu_per_user'\]"),
     ],
 )
 def test_misspelt_or_bad_configuration_is_an_error_at_start(settings, message):
