@@ -15,6 +15,7 @@ from pathlib import Path
 
 from traitlets.config import Config
 
+from scalelab.hub_ext.gpu_board import handlers as gpu_board_handlers
 from scalelab.templates import templates_dir
 
 
@@ -87,6 +88,7 @@ def embedded_config(s: UpSettings, password: str) -> Config:
     c.JupyterHub.cleanup_servers = True
     c.JupyterHub.cleanup_proxy = True
     c.JupyterHub.template_paths = [str(templates_dir())]
+    c.JupyterHub.extra_handlers = gpu_board_handlers()
     c.ConfigurableHTTPProxy.command = list(s.proxy_command)
     c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{s.proxy_api_port}"
     c.ConfigurableHTTPProxy.pid_file = str(state / "jupyterhub-proxy.pid")

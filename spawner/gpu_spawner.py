@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from typing import Any, ClassVar
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -36,6 +37,7 @@ from scalelab.spawner.inventory import (
     nvml_busy,
 )
 from scalelab.spawner.ledger import Holding, LedgerError
+from scalelab.spawner.metrics import QUEUE_WAIT, record_gpu_hours, register_collector
 from scalelab.spawner.policy import GPUPolicy, PolicyError
 from scalelab.spawner.profiles import (
     OptionsError,
@@ -187,6 +189,7 @@ class GPUSpawnerMixin(Spawner):
                     self._restore(allocator, holding)
                 cls._pending_restores.clear()
                 cls._inventory, cls._allocator, cls._policy = inventory, allocator, policy
+                register_collector(lambda: GPUSpawnerMixin._allocator)
         return cls._allocator
 
     def _restore(self, allocator: GPUAllocator, holding: Holding) -> None:
@@ -303,9 +306,12 @@ class GPUSpawnerMixin(Spawner):
         if request.gpus and allocator.status(self.server_key) is None:
             self.log.info("%s asks for %d GPU(s)", self.server_key, request.gpus)
         groups, exempt = self._who()
+        asked = time.monotonic()
         self._holding = await allocator.acquire(
             self.server_key, self.user.name, request.gpus, groups, exempt
         )
+        if request.gpus:
+            QUEUE_WAIT.observe(time.monotonic() - asked)
         if self._holding.gpus:
             self.log.info("%s holds GPU(s) %s", self.server_key, ", ".join(self._holding.gpus))
         return self._holding
@@ -314,9 +320,11 @@ class GPUSpawnerMixin(Spawner):
         """Give back this server's GPUs (and withdraw a queued request)."""
         allocator = await self.gpu_allocator()
         await allocator.cancel(self.server_key)
+        holding = allocator.ledger.holding(self.server_key)
         released = await allocator.release(self.server_key)
-        if released:
+        if holding is not None and released:
             self.log.info("%s released GPU(s) %s", self.server_key, ", ".join(released))
+            record_gpu_hours(self._who()[0], len(released), allocator.clock() - holding.since)
         self._holding = None
 
     @property

@@ -206,6 +206,36 @@ def nvml_processes(uuid: str) -> str | None:
     return f"NVML shows {held}"
 
 
+def nvml_utilization(uuids: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """Utilisation (%, over NVML's last sample period) and memory used (MiB) per GPU. Blocking.
+
+    Returns
+    -------
+    dict
+        uuid -> (gpu_percent, memory_used_mib), for the GPUs NVML could read (none without NVML;
+        MIG instances report no utilisation of their own and are left out).
+    """
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 -- no binding, no driver: nothing to report
+        return {}
+    readings = {}
+    try:
+        for uuid in uuids:
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+                util = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
+                used = pynvml.nvmlDeviceGetMemoryInfo(handle).used // _MIB
+            except pynvml.NVMLError:
+                continue
+            readings[uuid] = (int(util), int(used))
+    finally:
+        pynvml.nvmlShutdown()
+    return readings
+
+
 async def nvml_busy(uuid: str) -> str | None:
     """:func:`nvml_processes` in a worker thread (the allocator's busy check on real GPUs)."""
     return await asyncio.to_thread(nvml_processes, uuid)

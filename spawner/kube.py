@@ -10,7 +10,8 @@ a pod receives the GPUs its server was granted. Two ways, both as KubeSpawner tr
   runtime and ``NVIDIA_VISIBLE_DEVICES`` set to their UUIDs, and no device-plugin request; for
   clusters where ScaleLab owns the GPUs of its nodes.
 
-A spawner class for Kubernetes (needs ``jupyterhub-kubespawner``)::
+A spawner class for Kubernetes, as a sketch (it needs ``jupyterhub-kubespawner`` and a cluster,
+neither of which is here to test it on)::
 
     from kubespawner import KubeSpawner
     from scalelab.spawner.gpu_spawner import GPUSpawnerMixin

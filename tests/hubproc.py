@@ -126,6 +126,11 @@ class ScaleLabUp:
 
     # -- REST API ----------------------------------------------------------------------------
 
+    @property
+    def auth(self) -> dict[str, str]:
+        """The Authorization header of the test service's admin token."""
+        return {"Authorization": f"token {self.token}"}
+
     def api(self, method: str, path: str, **kwargs) -> requests.Response:
         """A hub REST call, ``path`` relative to ``/hub/api``, with the test service's token."""
         headers = {"Authorization": f"token {self.token}"}

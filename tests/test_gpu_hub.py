@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.hubproc import (
     TWO_FAKE_GPUS,
@@ -19,6 +20,7 @@ from tests.hubproc import (
 )
 
 FAKE = ("GPU-fake-0000", "GPU-fake-0001")
+OPS_PASSWORD = "ops-" + "x" * 40  # an admin of the hub, for the GPU board page
 
 
 @pytest.fixture
@@ -27,7 +29,9 @@ def hub(tmp_path: Path):
         tmp_path / "state",
         extra_config=TWO_FAKE_GPUS
         + "c.GPUPolicy.max_gpus_per_user = 1\n"
-        + "c.ScaleLabSpawner.poll_interval = 2\n",  # notice dead servers within seconds
+        + "c.ScaleLabSpawner.poll_interval = 2\n"  # notice dead servers within seconds
+        + "c.Authenticator.admin_users = {'ops'}\n"
+        + f"c.SharedPasswordAuthenticator.admin_password = {OPS_PASSWORD!r}\n",
     )
     up.start()
     try:
@@ -54,6 +58,15 @@ def _wait_ready(hub: ScaleLabUp, user: str, timeout_s: float = 120) -> dict:
     raise AssertionError(f"{user}'s server never got ready")
 
 
+def _login(hub: ScaleLabUp, user: str, password: str) -> requests.Session:
+    session = requests.Session()
+    session.get(f"{hub.url}/hub/login", timeout=30)
+    form = {"username": user, "password": password, "_xsrf": session.cookies.get("_xsrf")}
+    response = session.post(f"{hub.url}/hub/login", data=form, timeout=30, allow_redirects=False)
+    assert response.status_code == 302, response.text
+    return session
+
+
 def _gpus(hub: ScaleLabUp, user: str) -> str:
     return server_environ(hub, user)["CUDA_VISIBLE_DEVICES"]
 
@@ -75,6 +88,33 @@ def test_exclusive_gpus_queue_with_visible_position_and_cancel(hub: ScaleLabUp):
     assert events[-1]["scalelab_queue"]["position"] == 1
     assert "you are number 1 of 1 in the queue" in events[-1]["message"]
 
+    # ops see who holds what, and the queue: REST, page and Prometheus series
+    board = hub.api("GET", "/scalelab/gpus").json()
+    assert board["source"] == "declared"
+    assert {g["holder"]["user"] for g in board["gpus"]} == {"alice", "bob"}
+    assert [(q["position"], q["user"], q["gpus"]) for q in board["queue"]] == [(1, "carol", 1)]
+    page = _login(hub, "ops", OPS_PASSWORD).get(f"{hub.url}/hub/scalelab/gpus", timeout=30)
+    assert page.status_code == 200
+    assert "carol/" in page.text and "GPU-fake-0001" in page.text and "declared" in page.text
+    student_page = _login(hub, "carol", hub.password).get(
+        f"{hub.url}/hub/scalelab/gpus", timeout=30
+    )
+    assert student_page.status_code == 403
+    metrics = hub.api("GET", "/../metrics").text
+    for series in (
+        "scalelab_gpus_total 2.0",
+        "scalelab_gpus_allocated 2.0",
+        "scalelab_gpu_queue_length 1.0",
+    ):
+        assert series in metrics
+    student = hub.api("POST", "/users/carol/tokens", json={"expires_in": 600}).json()["token"]
+    denied = requests.get(
+        f"{hub.url}/hub/api/scalelab/gpus",
+        headers={"Authorization": f"token {student}"},
+        timeout=30,
+    )
+    assert denied.status_code == 403
+
     # dave waits behind carol, then cancels, and is free to start CPU-only at once
     assert _start(hub, "dave", {"profile": "gpu-1"}).status_code == 202
     events = progress_events(hub, "dave", lambda e: "scalelab_queue" in e)
@@ -92,6 +132,14 @@ def test_exclusive_gpus_queue_with_visible_position_and_cancel(hub: ScaleLabUp):
     assert hub.api("DELETE", "/users/alice/server").status_code in (202, 204)
     _wait_ready(hub, "carol")
     assert _gpus(hub, "carol") == alice_gpu
+    metrics = hub.api("GET", "/../metrics").text
+    # three grants: alice and bob at once, carol after waiting for alice's GPU
+    assert "scalelab_gpu_queue_wait_seconds_count 3.0" in metrics
+    assert 'scalelab_gpu_queue_wait_seconds_bucket{le="1.0"} 2.0' in metrics
+    hours = [
+        ln for ln in metrics.splitlines() if ln.startswith('scalelab_gpu_hours_total{group=""}')
+    ]
+    assert hours and float(hours[0].split()[-1]) > 0
 
 
 @pytest.mark.integration
