@@ -1,0 +1,98 @@
+"""Benchmark: REST POST -> ready server, ScaleLab's spawner against JupyterHub's own.
+
+Two real hubs run side by side on ScaleLab's generated configuration: one with
+``ScaleLabSpawner`` (CPU-only spawns: no GPU asked), one with JupyterHub's
+``SimpleLocalProcessSpawner`` (the baseline, same command and home layout). Spawns alternate
+between them, each a new user, and each server is stopped before the next spawn.
+
+Prints one JSON object: ``scalelab_median_s``, ``baseline_median_s``, ``ratio_median``
+(ScaleLab / baseline; the goal is <= 1.05), ``spawns`` per spawner. ``--quick`` does 3 spawns
+each instead of 20 and finishes within about a minute.
+
+Usage: ``.venv/bin/python bench/spawn_overhead.py [--quick]`` from the repository root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.hubproc import PlainHub  # the same harness as the integration tests
+
+BASELINE = """
+c.JupyterHub.spawner_class = "jupyterhub.spawner.SimpleLocalProcessSpawner"
+c.SimpleLocalProcessSpawner.home_dir_template = {homes!r} + "/{{username}}"
+c.SimpleLocalProcessSpawner.cmd = [{python!r}, "-m", "jupyterhub.singleuser"]
+c.SimpleLocalProcessSpawner.args = {args!r}
+c.Spawner.default_url = "/lab"
+"""
+
+
+def spawn_seconds(hub: PlainHub, user: str) -> float:
+    """Seconds from the REST POST to a ready server; the server is stopped afterwards."""
+    hub.api("POST", f"/users/{user}")
+    start = time.perf_counter()
+    response = hub.api("POST", f"/users/{user}/server")
+    assert response.status_code in (201, 202), response.text
+    while True:
+        server = hub.api("GET", f"/users/{user}").json()["servers"].get("")
+        if server and server["ready"]:
+            elapsed = time.perf_counter() - start
+            break
+        time.sleep(0.05)
+    hub.api("DELETE", f"/users/{user}/server")
+    while hub.api("GET", f"/users/{user}").json()["servers"]:
+        time.sleep(0.1)
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 spawns each instead of 20")
+    args = parser.parse_args()
+    n = 3 if args.quick else 20
+    with tempfile.TemporaryDirectory(prefix="scalelab-bench-") as tmp:
+        scalelab = PlainHub(Path(tmp) / "scalelab")
+        base_state = Path(tmp) / "baseline"
+        baseline = PlainHub(
+            base_state,
+            BASELINE.format(
+                homes=str(base_state / "homes"),
+                python=sys.executable,
+                args=["--allow-root"] if os.geteuid() == 0 else [],
+            ),
+        )
+        times: dict[str, list[float]] = {"scalelab": [], "baseline": []}
+        try:
+            scalelab.start()
+            baseline.start()
+            for i in range(n):
+                order = [("scalelab", scalelab), ("baseline", baseline)]
+                for name, hub in order if i % 2 == 0 else order[::-1]:
+                    times[name].append(spawn_seconds(hub, f"{name[0]}{i:03d}"))
+        finally:
+            scalelab.close()
+            baseline.close()
+    s, b = statistics.median(times["scalelab"]), statistics.median(times["baseline"])
+    print(
+        json.dumps(
+            {
+                "scalelab_median_s": round(s, 3),
+                "baseline_median_s": round(b, 3),
+                "ratio_median": round(s / b, 3),
+                "spawns": n,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
