@@ -346,7 +346,7 @@ class GPUSpawnerMixin(Spawner):
                     "message": (
                         f"Waiting for a GPU: you are number {status.position} of {status.length} "
                         f"in the queue, estimated wait {format_wait(status.wait_s)}. "
-                        "Cancel to start without waiting, or with other options."
+                        "Stop Server cancels the request."
                     ),
                     "scalelab_queue": {
                         "position": status.position,

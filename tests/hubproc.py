@@ -146,11 +146,13 @@ class ScaleLabUp:
         url = f"{self.url}/user/{user}/api{path}"
         return requests.request(method, url, headers=headers, timeout=60, **kwargs)
 
-    def start_server(self, user: str, timeout_s: float = 240) -> dict:
-        """Create ``user`` if needed, start their default server and wait until it is ready."""
+    def start_server(self, user: str, options: dict | None = None, timeout_s: float = 240) -> dict:
+        """Create ``user`` if needed, start their default server with ``options`` (user_options)
+        and wait until it is ready."""
         if self.api("GET", f"/users/{user}").status_code == 404:
             assert self.api("POST", f"/users/{user}").status_code == 201
-        response = self.api("POST", f"/users/{user}/server")
+        body = None if options is None else {"user_options": options}
+        response = self.api("POST", f"/users/{user}/server", json=body)
         assert response.status_code in (201, 202), response.text
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
