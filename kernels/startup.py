@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import MutableMapping
+import time
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from scalelab import envvars
@@ -82,6 +83,46 @@ def gpu_banner(environ: MutableMapping[str, str] | None = None) -> str:
     return f"GPUs: {', '.join(gpus)}" if gpus else "CPU only"
 
 
+def session_warning(environ: Mapping[str, str], now: float) -> str | None:
+    """The warning a kernel prints before a cell near the end of the server's GPU session.
+
+    Parameters
+    ----------
+    environ
+        The kernel's environment (``SCALELAB_GPU_DEADLINE``, ``SCALELAB_GPU_WARNING_S``, set by
+        the spawner when ``GPUPolicy.max_gpu_session_hours`` limits GPU sessions).
+    now
+        Seconds since the epoch.
+
+    Returns
+    -------
+    str or None
+        The warning with the local time the server stops, or None outside the warning window.
+    """
+    try:
+        deadline = float(environ[envvars.GPU_DEADLINE])
+        window = float(environ.get(envvars.GPU_WARNING_S, "900"))
+    except (KeyError, ValueError):
+        return None
+    if now < deadline - window:
+        return None
+    at = time.strftime("%H:%M", time.localtime(deadline))
+    minutes = max(0, round((deadline - now) / 60))
+    return (
+        f"ScaleLab: your GPU session ends at {at} (in about {minutes} min); the server will be "
+        "stopped then. Your files are kept: save your notebook and checkpoints now."
+    )
+
+
+def _warn_before_cells(shell: Any) -> None:
+    def warn(*_args: Any) -> None:
+        message = session_warning(os.environ, time.time())
+        if message:
+            print(message, file=sys.stderr)
+
+    shell.events.register("pre_run_cell", warn)
+
+
 def start(flavour: str, namespace: MutableMapping[str, Any]) -> None:
     """Run a kernel's start-up: put ``store``/``STORE_URL`` (and ``spark``/``sc``) in ``namespace``.
 
@@ -107,4 +148,12 @@ def start(flavour: str, namespace: MutableMapping[str, Any]) -> None:
             namespace["spark"] = spark
             namespace["sc"] = spark.sparkContext
             lines.append(f"spark: {spark.sparkContext.master}, Spark {spark.version} (as `spark`)")
+    if envvars.GPU_DEADLINE in os.environ:
+        at = time.strftime("%H:%M", time.localtime(float(os.environ[envvars.GPU_DEADLINE])))
+        lines.append(f"GPU session ends at {at} (the server stops then; files are kept)")
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if shell is not None:
+            _warn_before_cells(shell)
     print("\n".join(lines))

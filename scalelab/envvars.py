@@ -14,6 +14,10 @@ SPARK_MASTER = "SCALELAB_SPARK_MASTER"
 SPARK_DRIVER_MEMORY = "SCALELAB_SPARK_DRIVER_MEMORY"
 #: NVML UUIDs of the GPUs the server holds, comma-separated; empty for CPU only.
 GPUS = "SCALELAB_GPUS"
+#: When the server's GPU session ends (seconds since the epoch); unset when unlimited.
+GPU_DEADLINE = "SCALELAB_GPU_DEADLINE"
+#: Seconds before the deadline from which kernels warn at each cell.
+GPU_WARNING_S = "SCALELAB_GPU_WARNING_S"
 #: A folder laid out like ``shared/data`` that ``scalelab data fetch`` tries first.
 DATA_MIRROR = "SCALELAB_DATA_MIRROR"
 #: ``scalelab up``'s state folder (hub database, users' homes, the local store).

@@ -28,6 +28,7 @@ from tornado import web
 from traitlets import Dict, Float, List, Unicode, default
 from traitlets.config import Config
 
+from scalelab import envvars
 from scalelab.spawner.allocator import GPUAllocator, never_busy
 from scalelab.spawner.inventory import (
     GPUInventory,
@@ -160,6 +161,7 @@ class GPUSpawnerMixin(Spawner):
     _request: SpawnRequest | None = None
     _holding: Holding | None = None
     _base_start_timeout: float | None = None
+    _session_watch: asyncio.Task | None = None
 
     # -- the hub-wide allocator ------------------------------------------------------------------
 
@@ -327,6 +329,43 @@ class GPUSpawnerMixin(Spawner):
             record_gpu_hours(self._who()[0], len(released), allocator.clock() - holding.since)
         self._holding = None
 
+    def session_deadline(self) -> float | None:
+        """When this server's GPU session ends (seconds since the epoch), or None: no GPUs or no
+        ``GPUPolicy.max_gpu_session_hours``."""
+        policy = GPUSpawnerMixin._policy
+        if (
+            not self._holding
+            or not self._holding.gpus
+            or not policy
+            or not policy.max_gpu_session_hours
+        ):
+            return None
+        return self._holding.since + policy.max_gpu_session_hours * 3600
+
+    def session_environment(self) -> dict[str, str]:
+        """``SCALELAB_GPU_DEADLINE`` and ``SCALELAB_GPU_WARNING_S`` for the kernels' warnings."""
+        deadline = self.session_deadline()
+        if deadline is None or GPUSpawnerMixin._policy is None:
+            return {}
+        warning_s = GPUSpawnerMixin._policy.gpu_session_warning_minutes * 60
+        return {envvars.GPU_DEADLINE: f"{deadline:.0f}", envvars.GPU_WARNING_S: f"{warning_s:.0f}"}
+
+    def _watch_session(self) -> None:
+        """Stop the server when its GPU session ends (files are kept); once per server."""
+        deadline = self.session_deadline()
+        if deadline is None or (self._session_watch and not self._session_watch.done()):
+            return
+
+        async def stop_at_deadline() -> None:
+            await asyncio.sleep(max(0.0, deadline - time.time()))
+            self.log.warning(
+                "%s reached GPUPolicy.max_gpu_session_hours: stopping it (files are kept)",
+                self.server_key,
+            )
+            await self.user.stop(self.name)
+
+        self._session_watch = asyncio.create_task(stop_at_deadline())
+
     @property
     def gpu_uuids(self) -> tuple[str, ...]:
         """UUIDs of the GPUs this server holds (empty: CPU only)."""
@@ -398,13 +437,18 @@ class GPUSpawnerMixin(Spawner):
     async def start(self):
         try:
             await self.allocate_gpus()
-            return await super().start()
+            url = await super().start()
         except BaseException:  # failed, cancelled or abandoned: nothing may stay held
             await self.release_gpus()
             self._forget_options()
             raise
+        self._watch_session()
+        return url
 
     async def stop(self, now=False):
+        watch = self._session_watch
+        if watch is not None and not watch.done() and watch is not asyncio.current_task():
+            watch.cancel()
         try:
             await super().stop(now=now)
         finally:
@@ -413,6 +457,8 @@ class GPUSpawnerMixin(Spawner):
     async def poll(self):
         status = await super().poll()
         allocator = await self.gpu_allocator()
+        if status is None:
+            self._watch_session()  # after a hub restart, too
         if status is not None and allocator.ledger.holding(self.server_key) is not None:
             await self.release_gpus()
         if allocator.ledger.quarantined():

@@ -144,6 +144,7 @@ class ScaleLabSpawner(GPUSpawnerMixin, LocalProcessSpawner):
                 inherited_jupyter_path=env.get("JUPYTER_PATH", ""),
             )
         )
+        env.update(self.session_environment())
         return env
 
     def get_args(self):

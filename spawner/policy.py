@@ -171,6 +171,13 @@ class GPUPolicy(Configurable):
         help="""Hours a server may hold GPUs before it is stopped (files are kept); the student is
         warned first. 0: no limit.""",
     )
+    gpu_session_warning_minutes = Float(
+        15.0,
+        min=0.0,
+        config=True,
+        help="""Minutes before the end of a GPU session from which every cell the student runs
+        prints a warning with the time the server stops.""",
+    )
     admins_exempt = Bool(
         False,
         config=True,

@@ -213,8 +213,8 @@ async def execute(
             kind, content = msg["msg_type"], msg["content"]
             if kind == "execute_result":
                 outcome["result"] = content["data"].get("text/plain")
-            elif kind == "stream" and content.get("name") == "stdout":
-                outcome["stdout"] += content["text"]
+            elif kind == "stream":
+                outcome[content["name"]] = outcome.get(content["name"], "") + content["text"]
             elif kind == "error":
                 outcome["error"] = (content["ename"], content["evalue"])
             elif kind == "execute_reply":

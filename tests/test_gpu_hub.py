@@ -14,6 +14,7 @@ import requests
 from tests.hubproc import (
     TWO_FAKE_GPUS,
     ScaleLabUp,
+    execute,
     progress_events,
     server_environ,
     server_process,
@@ -180,3 +181,38 @@ def test_a_killed_server_releases_its_gpu_at_the_next_poll(hub: ScaleLabUp):
     _wait_ready(hub, "carol")
     assert _gpus(hub, "carol") == alice_gpu
     assert hub.api("GET", "/users/alice").json()["servers"] == {}
+
+
+@pytest.fixture
+def short_sessions(tmp_path: Path):
+    up = ScaleLabUp(
+        tmp_path / "state",
+        extra_config=TWO_FAKE_GPUS
+        + "c.GPUPolicy.max_gpu_session_hours = 0.02\n"  # 72 s
+        + "c.GPUPolicy.gpu_session_warning_minutes = 5\n",
+    )
+    up.start()
+    try:
+        yield up
+        assert up.interrupt() == 0
+    finally:
+        up.kill()
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_a_gpu_session_warns_in_the_notebook_then_stops_keeping_the_files(short_sessions):
+    hub = short_sessions
+    hub.start_server("alice", {"profile": "gpu-1"})
+    assert "SCALELAB_GPU_DEADLINE" in server_environ(hub, "alice")
+    kernel = hub.server_api("alice", "POST", "/kernels", json={"name": "scalelab-pytorch"}).json()
+    out = await execute(hub, "alice", kernel["id"], "open('work.txt', 'w').write('mine'); 1 + 1")
+    assert out["result"] == "2"
+    assert "your GPU session ends at" in out.get("stderr", "")
+    deadline = time.monotonic() + 150
+    while hub.api("GET", "/users/alice").json()["servers"] and time.monotonic() < deadline:
+        time.sleep(1)
+    assert hub.api("GET", "/users/alice").json()["servers"] == {}
+    assert (hub.state_dir / "homes" / "alice" / "work.txt").read_text() == "mine"
+    board = hub.api("GET", "/scalelab/gpus").json()
+    assert all(g["holder"] is None for g in board["gpus"])

@@ -9,7 +9,7 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 
 from scalelab.kernels import KERNEL_NAMES, install_kernelspecs, kernelspec
-from scalelab.kernels.startup import gpu_banner, spark_conf
+from scalelab.kernels.startup import gpu_banner, session_warning, spark_conf
 
 
 def test_three_kernels_in_launcher_order():
@@ -54,3 +54,14 @@ def test_spark_conf_binds_local_mode_to_loopback():
 def test_gpu_banner():
     assert gpu_banner({"SCALELAB_GPUS": ""}) == "CPU only"
     assert gpu_banner({"SCALELAB_GPUS": "GPU-a,GPU-b"}) == "GPUs: GPU-a, GPU-b"
+
+
+def test_gpu_session_warning_only_in_the_window_with_the_stop_time():
+    deadline = 1_800_000_000.0
+    env = {"SCALELAB_GPU_DEADLINE": f"{deadline:.0f}", "SCALELAB_GPU_WARNING_S": "900"}
+    assert session_warning(env, deadline - 901) is None
+    message = session_warning(env, deadline - 600)
+    assert message is not None
+    assert "in about 10 min" in message and "Your files are kept" in message
+    assert session_warning({}, deadline) is None
+    assert session_warning({"SCALELAB_GPU_DEADLINE": "soon"}, deadline) is None
