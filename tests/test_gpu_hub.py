@@ -22,6 +22,7 @@ from tests.hubproc import (
 
 FAKE = ("GPU-fake-0000", "GPU-fake-0001")
 OPS_PASSWORD = "ops-" + "x" * 40  # an admin of the hub, for the GPU board page
+START_TIMEOUT_S = 15
 
 
 @pytest.fixture
@@ -31,6 +32,7 @@ def hub(tmp_path: Path):
         extra_config=TWO_FAKE_GPUS
         + "c.GPUPolicy.max_gpus_per_user = 1\n"
         + "c.ScaleLabSpawner.poll_interval = 2\n"  # notice dead servers within seconds
+        + f"c.Spawner.start_timeout = {START_TIMEOUT_S}\n"  # a queued spawn must outlive it
         + "c.Authenticator.admin_users = {'ops'}\n"
         + f"c.SharedPasswordAuthenticator.admin_password = {OPS_PASSWORD!r}\n",
     )
@@ -84,6 +86,7 @@ def test_exclusive_gpus_queue_with_visible_position_and_cancel(hub: ScaleLabUp):
     assert "2 GPU(s) DECLARED in the configuration" in log.read_text()
 
     # carol waits: position 1 of 1 on the pending page's progress events
+    carol_asked = time.monotonic()
     assert _start(hub, "carol", {"profile": "gpu-1"}).status_code == 202
     events = progress_events(hub, "carol", lambda e: "scalelab_queue" in e)
     assert events[-1]["scalelab_queue"]["position"] == 1
@@ -128,7 +131,10 @@ def test_exclusive_gpus_queue_with_visible_position_and_cancel(hub: ScaleLabUp):
     _wait_ready(hub, "dave")
     assert _gpus(hub, "dave") == ""
 
-    # alice stops: her GPU goes to carol, the head of the queue
+    # alice stops: her GPU goes to carol, the head of the queue, who has waited longer than
+    # JupyterHub's start_timeout without her spawn being killed
+    time.sleep(max(0.0, carol_asked + START_TIMEOUT_S + 5 - time.monotonic()))
+    assert "carol" in [q["user"] for q in hub.api("GET", "/scalelab/gpus").json()["queue"]]
     alice_gpu = _gpus(hub, "alice")
     assert hub.api("DELETE", "/users/alice/server").status_code in (202, 204)
     _wait_ready(hub, "carol")
