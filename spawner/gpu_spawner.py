@@ -212,7 +212,15 @@ class GPUSpawnerMixin(Spawner):
             raise web.HTTPError(500, f"ScaleLab is misconfigured: {exc}") from None
 
     def _offered(self, total: int) -> list[Profile]:
-        return [p for p in self._profiles() if p.gpus <= total]
+        """The profiles this hub can serve: those asking for at most its ``total`` GPUs."""
+        offered = [p for p in self._profiles() if p.gpus <= total]
+        if not offered:
+            raise web.HTTPError(
+                500,
+                f"ScaleLab is misconfigured: every profile asks for more GPUs than this hub has "
+                f"({total}); add a CPU-only profile to c.ScaleLabSpawner.profiles.",
+            )
+        return offered
 
     # -- spawn form ------------------------------------------------------------------------------
 
