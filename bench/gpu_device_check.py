@@ -1,0 +1,85 @@
+"""Device check on a real NVIDIA GPU: NVML discovery, exclusive hand-over by UUID, release check.
+
+Run on a GPU machine (the project's device tool), from the repository root::
+
+    python3 -m pip install --no-deps --no-build-isolation -e . && python3 bench/gpu_device_check.py
+
+Steps, each reported in one JSON object:
+
+1. ``scalelab.spawner.inventory.discover_nvml`` lists the GPUs (``inventory``, ``names``);
+2. the allocator grants one GPU, and a server-like child process started with the allocation's
+   environment (``CUDA_VISIBLE_DEVICES`` = the GPU's UUID) reports what PyTorch sees:
+   ``child_device_count`` (must be 1) and ``uuid_match`` (its device is the granted one);
+3. while a child still holds memory on the GPU, a release quarantines it
+   (``quarantined_while_busy``, with NVML's ``reason``); once the child has exited, the
+   re-check returns it to the pool (``free_after_exit``).
+
+Without a GPU it prints ``{"inventory": 0, "reason": ...}`` and exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+from scalelab.spawner.allocator import GPUAllocator
+from scalelab.spawner.environment import server_environment
+from scalelab.spawner.inventory import discover_nvml, nvml_busy
+
+CHILD = """
+import json, sys, time, torch
+props = torch.cuda.get_device_properties(0)
+held = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")  # 256 MiB
+seen = {"count": torch.cuda.device_count(), "uuid": str(props.uuid), "name": props.name}
+print(json.dumps(seen), flush=True)
+time.sleep(float(sys.argv[1]))
+"""
+
+
+def _child(env: dict[str, str], hold_s: float) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(hold_s)],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def main() -> dict:
+    inventory = discover_nvml()
+    if not inventory.gpus:
+        return {"inventory": 0, "reason": inventory.reason}
+    alloc = GPUAllocator([g.uuid for g in inventory.gpus], busy_check=nvml_busy)
+    holding = await alloc.acquire("check/", "check", 1)
+    env = server_environment(
+        store_url="file:///tmp", store_options={}, spark_master="local[*]",
+        spark_driver_memory="1g", gpu_uuids=holding.gpus,
+    )  # fmt: skip
+    child = _child(env, hold_s=20)
+    seen = json.loads(child.stdout.readline())
+    granted = holding.gpus[0]
+    released = await alloc.release("check/")  # the child still holds 256 MiB
+    quarantined = alloc.ledger.quarantined()
+    child.wait()
+    await asyncio.sleep(2)
+    cleared = await alloc.recheck_quarantine()
+    return {
+        "inventory": len(inventory.gpus),
+        "names": sorted({g.name for g in inventory.gpus}),
+        "granted": granted,
+        "child_device_count": seen["count"],
+        "child_device": seen["name"],
+        "uuid_match": granted.lower().removeprefix("gpu-")
+        == seen["uuid"].lower().removeprefix("gpu-"),
+        "released": list(released),
+        "quarantined_while_busy": granted in quarantined,
+        "reason": quarantined.get(granted),
+        "free_after_exit": granted in cleared and granted in alloc.ledger.free(),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(main())))
