@@ -13,6 +13,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -94,9 +95,20 @@ def check_port_free(ip: str, port: int) -> None:
             if exc.errno != errno.EADDRINUSE:
                 raise UpError(f"cannot listen on {ip}:{port}: {exc.strerror}") from None
             raise UpError(
-                f"port {port} on {ip} is already in use by another program (another JupyterHub or "
-                f"ScaleLab with another state folder?). Stop it, or choose a port with --port."
+                f"port {port} on {ip} is already in use by {describe_process(listener_pid(port))}. "
+                "Stop it, or choose another port with --port."
             ) from None
+
+
+def describe_process(pid: int | None) -> str:
+    """``"pid 123 (scalelab up --port 8000)"``, or ``"another program"`` when it cannot be seen."""
+    if pid is None:
+        return "another program"
+    try:
+        command = " ".join(psutil.Process(pid).cmdline()[:6])
+    except psutil.Error:
+        return f"pid {pid}"
+    return f"pid {pid} ({command})"
 
 
 @dataclass
@@ -255,11 +267,24 @@ def _stop_tree(proc: subprocess.Popen, stop: threading.Event, known: list[psutil
             pass
 
 
-def _log_tail(path: Path, lines: int = 30) -> str:
+def _log_tail(path: Path, offset: int, lines: int = 30) -> str:
+    """The last ``lines`` lines written to ``path`` after byte ``offset`` (this run's), with the
+    error that stopped the hub, if one was logged, repeated first."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        with open(path, "rb") as log:
+            log.seek(offset)
+            text = log.read().decode(errors="replace")
     except OSError:
         return ""
+    tail = text.splitlines()[-lines:]
+    errors = [ln for ln in text.splitlines() if _ERROR_LINE.match(ln)]
+    reason = f"Reason: {_LOG_PREFIX.sub('', errors[-1]).strip()}\n" if errors else ""
+    return reason + "\n".join(tail)
+
+
+#: A raised exception's last line, or a critical/error line of JupyterHub's log.
+_ERROR_LINE = re.compile(r"^(\s*[\w.]*(Error|Exception)(:|$)|\[[CE] )")
+_LOG_PREFIX = re.compile(r"^\[[CE] [^\]]*\]\s*")
 
 
 def run_up(
@@ -325,6 +350,7 @@ def _serve(
     state_dir = Path(settings.state_dir)
     url = f"http://{settings.ip}:{settings.port}/"
     log_path = state_dir / "logs" / "jupyterhub.log"
+    log_offset = log_path.stat().st_size if log_path.exists() else 0
     env = {**os.environ, envvars.PASSWORD: password}
     stop = threading.Event()
     previous = {
@@ -350,14 +376,15 @@ def _serve(
             if state == "taken":
                 print(
                     f"Port {settings.port} was taken by another program while ScaleLab started "
-                    f"(pid {listener_pid(settings.port) or 'unknown'}). Stop it, or choose a port "
+                    f"({describe_process(listener_pid(settings.port))}). Stop it, or choose a port "
                     "with --port.",
                     file=out,
                 )
                 return 1
             if state != "ready":
                 print(
-                    f"The hub did not start. Last lines of {log_path}:\n{_log_tail(log_path)}",
+                    f"The hub did not start. Last lines of {log_path}:\n"
+                    + _log_tail(log_path, log_offset),
                     file=out,
                 )
                 return 1
@@ -380,7 +407,7 @@ def _serve(
             if proc.poll() is not None:
                 print(
                     f"The hub exited unexpectedly. Last lines of {log_path}:\n"
-                    + _log_tail(log_path),
+                    + _log_tail(log_path, log_offset),
                     file=out,
                 )
                 return 1

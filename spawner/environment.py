@@ -71,10 +71,13 @@ def server_args(kernel_names: Iterable[str] = KERNEL_NAMES) -> list[str]:
     -------
     list of str
         Restricts the server's kernels to ScaleLab's kernelspecs, so the launcher shows exactly
-        "PySpark", "TensorFlow" and "PyTorch"; the first of them is the default kernel.
+        "PySpark", "TensorFlow" and "PyTorch" and no other kernel can be started; the first of
+        them is the default kernel.
     """
     names = list(kernel_names)
     return [
+        "--ServerApp.kernel_spec_manager_class="
+        "scalelab.kernels.specmanager.CourseKernelSpecManager",
         *(f"--KernelSpecManager.allowed_kernelspecs={name}" for name in names),
         f"--MappingKernelManager.default_kernel_name={names[0]}",
     ]

@@ -22,6 +22,7 @@ import math
 import time
 from typing import Any, ClassVar
 
+import sqlalchemy
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from jupyterhub.spawner import Spawner
 from tornado import web
@@ -296,8 +297,9 @@ class GPUSpawnerMixin(Spawner):
         without options: a refused or abandoned GPU request must not come back."""
         if getattr(self, "orm_spawner", None) is not None:
             self.orm_spawner.user_options = None
-            if self.db is not None:
-                self.db.commit()
+            session = sqlalchemy.inspect(self.orm_spawner).session
+            if session is not None:
+                session.commit()
 
     def _who(self) -> tuple[list[str], bool]:
         """The user's JupyterHub groups, and whether limits spare them (an exempt admin)."""

@@ -14,6 +14,7 @@ Accepted ``user_options`` (all optional)::
 from __future__ import annotations
 
 import re
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,13 @@ from typing import Any
 OPTION_KEYS = frozenset({"profile", "gpus", "spark_driver_memory"})
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _JVM_SIZE = re.compile(r"^[1-9][0-9]{0,5}[mg]$")
+
+
+_repr = reprlib.Repr()
+_repr.maxstring = _repr.maxother = 40
+_repr.maxlist = _repr.maxdict = 4
+#: repr() cut to about 40 characters: untrusted values never flood a message or the log.
+_short = _repr.repr
 
 
 class OptionsError(ValueError):
@@ -146,17 +154,16 @@ def parse_user_options(
     options = dict(options or {})
     unknown = set(options) - OPTION_KEYS
     if unknown:
-        raise OptionsError(f"unknown option(s) {sorted(unknown)}; allowed: {sorted(OPTION_KEYS)}")
+        shown = _short(sorted(map(str, unknown)))
+        raise OptionsError(f"unknown option(s) {shown}; allowed: {sorted(OPTION_KEYS)}")
     by_slug = {p.slug: p for p in profiles}
     slug = options.get("profile", default_profile(profiles).slug)
     if not isinstance(slug, str) or slug not in by_slug:
-        raise OptionsError(f"unknown profile {slug!r}; offered: {', '.join(by_slug)}")
+        raise OptionsError(f"unknown profile {_short(slug)}; offered: {', '.join(by_slug)}")
     profile = by_slug[slug]
     gpus = options.get("gpus", profile.gpus)
-    if isinstance(gpus, str) and gpus.strip().isdigit():
-        gpus = int(gpus)  # an HTML form sends text
     if not isinstance(gpus, int) or isinstance(gpus, bool):
-        raise OptionsError(f"'gpus' must be a whole number, not {gpus!r}")
+        raise OptionsError(f"'gpus' must be a whole number, not {_short(gpus)}")
     if not 0 <= gpus <= profile.gpus:
         raise OptionsError(
             f"'gpus' must be between 0 and {profile.gpus} for profile {profile.slug!r}, not {gpus}"
@@ -164,7 +171,8 @@ def parse_user_options(
     memory = options.get("spark_driver_memory", memory_default or memory_choices[0])
     if memory not in memory_choices:
         raise OptionsError(
-            f"'spark_driver_memory' must be one of {', '.join(memory_choices)}, not {memory!r}"
+            f"'spark_driver_memory' must be one of {', '.join(memory_choices)}, "
+            f"not {_short(memory)}"
         )
     return SpawnRequest(profile, gpus, memory)
 

@@ -29,7 +29,6 @@ MEMORY = ["1g", "2g", "4g"]
         ({}, "cpu", 0, "1g"),
         ({"profile": "gpu-2"}, "gpu-2", 2, "1g"),
         ({"profile": "gpu-2", "gpus": 1, "spark_driver_memory": "4g"}, "gpu-2", 1, "4g"),
-        ({"profile": "gpu-1", "gpus": "1"}, "gpu-1", 1, "1g"),  # an HTML form sends text
     ],
 )
 def test_accepted_options_and_defaults(options, profile, gpus, memory):
@@ -53,6 +52,9 @@ def test_accepted_options_and_defaults(options, profile, gpus, memory):
         ({"profile": ["gpu-1"]}, r"unknown profile \['gpu-1'\]"),
         ({"gpu": 1}, r"unknown option\(s\) \['gpu'\]"),
         ({"spark_driver_memory": "64g"}, r"must be one of 1g, 2g, 4g, not '64g'"),
+        ({"profile": "gpu-1", "gpus": "1"}, r"'gpus' must be a whole number, not '1'"),
+        ({"profile": "x" * 10_000_000}, r"^unknown profile 'x{15,20}\.\.\.x{15,20}'; offered"),
+        ({"x" * 10_000: 1}, r"^unknown option\(s\) \['x{10,20}\.\.\.x{10,20}'\]"),
     ],
 )
 def test_tampered_options_are_refused_with_the_problem_named(options, message):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from scalelab.hub_ext.labs import bundled_labs, distribute_labs
 from scalelab.hub_ext.up import (
     StateLock,
     UpError,
+    _log_tail,
     check_port_free,
     data_hint,
     free_port,
@@ -92,8 +94,11 @@ def test_busy_port_is_reported_with_the_fix():
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        with pytest.raises(UpError, match=rf"port {port} on 127.0.0.1 is already in use.*--port"):
+        with pytest.raises(
+            UpError, match=rf"port {port} on 127.0.0.1 is already in use.*--port"
+        ) as info:
             check_port_free("127.0.0.1", port)
+        assert f"by pid {os.getpid()} (" in str(info.value)  # who holds it: this test
 
 
 def test_labs_are_copied_once_and_a_student_copy_is_never_touched(tmp_path: Path):
@@ -183,3 +188,17 @@ def test_a_port_taken_by_another_program_during_start_is_not_reported_as_ready(t
         for proc in (other, ours):
             proc.kill()
             proc.wait()
+
+
+def test_hub_log_tail_shows_only_this_run_with_its_reason_first(tmp_path: Path):
+    log = tmp_path / "jupyterhub.log"
+    log.write_text("[C 2026-01-01 JupyterHub app:1] Bad config: an old mistake\n")
+    offset = log.stat().st_size
+    with log.open("a") as f:
+        f.write("[I 2026-01-02 JupyterHub app:2] starting\n")
+        f.write(
+            "Traceback (most recent call last):\n  ...\nValueError: profiles: a slug is used twice\n"
+        )
+    tail = _log_tail(log, offset)
+    assert tail.startswith("Reason: ValueError: profiles: a slug is used twice\n")
+    assert "an old mistake" not in tail

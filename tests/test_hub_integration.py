@@ -48,6 +48,9 @@ async def test_up_serves_a_student_server_with_three_kernels_and_spark_then_stop
     assert LABS <= {item["name"] for item in home}
     assert (hub.state_dir / "homes" / "alice" / "lab1_millionsong_regression.ipynb").is_file()
 
+    other = hub.server_api("alice", "POST", "/kernels", json={"name": "python3"})
+    assert other.status_code == 404  # only the course's kernels start, not only are listed
+    assert "kernel python3 is not offered here" in other.json()["message"]
     kernel = hub.server_api("alice", "POST", "/kernels", json={"name": "scalelab-pyspark"}).json()
     out = await execute(hub, "alice", kernel["id"], "spark.range(1000).count()")
     assert out["error"] is None, out
@@ -102,3 +105,4 @@ def test_a_misspelt_gpu_setting_stops_scalelab_up_and_names_it(tmp_path: Path):
     assert result.returncode == 1
     assert "The hub did not start" in result.stdout
     assert "c.GPUPolicy has unknown setting(s) ['max_gpus_per_usr']" in result.stdout
+    assert "Reason: Bad config encountered during initialization: c.GPUPolicy" in result.stdout

@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
 from scalelab.kernels import KERNEL_NAMES, install_kernelspecs, kernelspec
+from scalelab.kernels.specmanager import CourseKernelSpecManager
 from scalelab.kernels.startup import gpu_banner, session_warning, spark_conf
 
 
@@ -65,3 +66,13 @@ def test_gpu_session_warning_only_in_the_window_with_the_stop_time():
     assert "in about 10 min" in message and "Your files are kept" in message
     assert session_warning({}, deadline) is None
     assert session_warning({"SCALELAB_GPU_DEADLINE": "soon"}, deadline) is None
+
+
+def test_only_allowed_kernelspecs_can_be_started(tmp_path: Path):
+    install_kernelspecs(tmp_path)
+    ksm = CourseKernelSpecManager(
+        kernel_dirs=[str(tmp_path / "kernels")], allowed_kernelspecs={"scalelab-pytorch"}
+    )
+    assert ksm.get_kernel_spec("scalelab-pytorch").display_name == "PyTorch"
+    with pytest.raises(NoSuchKernel):
+        ksm.get_kernel_spec("scalelab-pyspark")  # installed, but not allowed
