@@ -196,9 +196,8 @@ def test_hub_log_tail_shows_only_this_run_with_its_reason_first(tmp_path: Path):
     offset = log.stat().st_size
     with log.open("a") as f:
         f.write("[I 2026-01-02 JupyterHub app:2] starting\n")
-        f.write(
-            "Traceback (most recent call last):\n  ...\nValueError: profiles: a slug is used twice\n"
-        )
+        f.write("Traceback (most recent call last):\n  ...\n")
+        f.write("ValueError: profiles: a slug is used twice\n")
     tail = _log_tail(log, offset)
     assert tail.startswith("Reason: ValueError: profiles: a slug is used twice\n")
     assert "an old mistake" not in tail
