@@ -8,6 +8,7 @@ service whose token has JupyterHub's built-in admin role, for the REST calls, an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import queue
@@ -18,6 +19,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -162,6 +164,17 @@ class ScaleLabUp:
                 return server
             time.sleep(1)
         raise AssertionError(f"{user}'s server did not get ready")
+
+
+@contextlib.contextmanager
+def running(up: ScaleLabUp) -> Iterator[ScaleLabUp]:
+    """``up`` started for the block; then Ctrl-C, which must end it cleanly (exit status 0)."""
+    try:
+        up.start()
+        yield up
+        assert up.interrupt() == 0
+    finally:
+        up.kill()
 
 
 async def execute(

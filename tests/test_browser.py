@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from tests.conftest import REPO
-from tests.hubproc import TWO_FAKE_GPUS, ScaleLabUp, server_environ
+from tests.hubproc import TWO_FAKE_GPUS, ScaleLabUp, running, server_environ
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Flags for a closed network and a root user (see the machine notes in the README of env).
@@ -30,13 +30,8 @@ FORM_SCREENSHOT = REPO / "docs" / "screenshot-spawn-form.png"
 
 @pytest.fixture
 def hub(tmp_path: Path):
-    up = ScaleLabUp(tmp_path / "state", extra_config=TWO_FAKE_GPUS)
-    try:
-        up.start()
+    with running(ScaleLabUp(tmp_path / "state", extra_config=TWO_FAKE_GPUS)) as up:
         yield up
-        assert up.interrupt() == 0
-    finally:
-        up.kill()
 
 
 @pytest.mark.browser
@@ -86,30 +81,19 @@ def test_student_logs_in_and_sees_the_three_kernels_and_the_labs(hub: ScaleLabUp
             browser.close()
 
 
-@pytest.fixture
-def gpu_hub(tmp_path: Path):
-    up = ScaleLabUp(tmp_path / "state", extra_config=TWO_FAKE_GPUS)
-    try:
-        up.start()
-        yield up
-        assert up.interrupt() == 0
-    finally:
-        up.kill()
-
-
 @pytest.mark.browser
 def test_student_waits_in_the_queue_sees_the_position_cancels_and_starts_cpu_only(
-    gpu_hub: ScaleLabUp,
+    hub: ScaleLabUp,
 ):
     for user in ("alice", "bob"):  # both fake GPUs taken through the REST API
-        gpu_hub.start_server(user, {"profile": "gpu-1"})
+        hub.start_server(user, {"profile": "gpu-1"})
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.goto(f"{gpu_hub.url}/hub/login")
+            page.goto(f"{hub.url}/hub/login")
             page.fill("#username_input", "carol")
-            page.fill("#password_input", gpu_hub.password)
+            page.fill("#password_input", hub.password)
             page.click("#login_submit")
             expect(page.locator(".scalelab-free").first).to_have_text("0 of 2 GPUs free")
             page.check("#profile-gpu-1")
@@ -122,14 +106,14 @@ def test_student_waits_in_the_queue_sees_the_position_cancels_and_starts_cpu_onl
 
             page.get_by_role("button", name="Stop Server").click()
             page.wait_for_url("**/hub/user/carol/**", timeout=60_000)  # "not running" now
-            page.goto(f"{gpu_hub.url}/hub/spawn")
+            page.goto(f"{hub.url}/hub/spawn")
             expect(page.locator("#scalelab-options")).to_be_visible(timeout=60_000)
             page.check("#profile-cpu")
             page.get_by_role("button", name="Start").click()
             page.wait_for_url("**/user/carol/lab**", timeout=240_000)
         finally:
             browser.close()
-    assert server_environ(gpu_hub, "carol")["CUDA_VISIBLE_DEVICES"] == ""
-    board = gpu_hub.api("GET", "/scalelab/gpus").json()
+    assert server_environ(hub, "carol")["CUDA_VISIBLE_DEVICES"] == ""
+    board = hub.api("GET", "/scalelab/gpus").json()
     assert board["queue"] == []
     assert sorted(g["holder"]["user"] for g in board["gpus"]) == ["alice", "bob"]

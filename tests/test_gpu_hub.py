@@ -16,6 +16,7 @@ from tests.hubproc import (
     ScaleLabUp,
     execute,
     progress_events,
+    running,
     server_environ,
     server_process,
 )
@@ -36,12 +37,8 @@ def hub(tmp_path: Path):
         + "c.Authenticator.admin_users = {'ops'}\n"
         + f"c.SharedPasswordAuthenticator.admin_password = {OPS_PASSWORD!r}\n",
     )
-    up.start()
-    try:
+    with running(up):
         yield up
-        assert up.interrupt() == 0
-    finally:
-        up.kill()
 
 
 def _start(hub: ScaleLabUp, user: str, options: dict | None):
@@ -197,12 +194,8 @@ def short_sessions(tmp_path: Path):
         + "c.GPUPolicy.max_gpu_session_hours = 0.02\n"  # 72 s
         + "c.GPUPolicy.gpu_session_warning_minutes = 5\n",
     )
-    up.start()
-    try:
+    with running(up):
         yield up
-        assert up.interrupt() == 0
-    finally:
-        up.kill()
 
 
 @pytest.mark.integration
