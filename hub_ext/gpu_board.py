@@ -70,20 +70,19 @@ def board_model(
                 "memory_used_mib": used,
             }
         )
-    queue = []
-    for position, entry in enumerate(allocator.queue.ordered(allocator.gpu_hours()), start=1):
-        status = allocator.status(entry.server)
-        wait = status.wait_s if status else math.inf
-        queue.append(
-            {
-                "position": position,
-                "server": entry.server,
-                "user": entry.user,
-                "gpus": entry.gpus,
-                "waiting_s": round(now - entry.enqueued),
-                "estimated_wait_s": None if math.isinf(wait) else round(wait),
-            }
-        )
+    statuses = allocator.statuses()
+    entries = {e.server: e for e in allocator.queue.ordered({})}
+    queue = [
+        {
+            "position": status.position,
+            "server": server,
+            "user": entries[server].user,
+            "gpus": entries[server].gpus,
+            "waiting_s": round(now - entries[server].enqueued),
+            "estimated_wait_s": None if math.isinf(status.wait_s) else round(status.wait_s),
+        }
+        for server, status in statuses.items()
+    ]
     return {"source": inventory.source, "gpus": gpus, "queue": queue}
 
 

@@ -209,14 +209,19 @@ class GPUAllocator:
 
     def status(self, server: str) -> QueueStatus | None:
         """Position and estimated wait of ``server``'s request; None if it does not wait."""
-        if server not in self.queue:
-            return None
-        now = self.clock()
+        return self.statuses().get(server) if server in self.queue else None
+
+    def statuses(self) -> dict[str, QueueStatus]:
+        """Position and estimated wait of every waiting request, computed in one pass, in order."""
         line = self.queue.ordered(self.gpu_hours())
         held_since = [h.since for h in self.ledger.holdings() for _ in h.gpus]
-        waits = estimate_waits(line, len(self.ledger.free()), held_since, now, self.session_s)
-        position = next(i for i, e in enumerate(line, start=1) if e.server == server)
-        return QueueStatus(position, len(line), waits[server])
+        waits = estimate_waits(
+            line, len(self.ledger.free()), held_since, self.clock(), self.session_s
+        )
+        return {
+            e.server: QueueStatus(i, len(line), waits[e.server])
+            for i, e in enumerate(line, start=1)
+        }
 
     def gpu_hours(self) -> dict[str, float]:
         """GPU-hours per user in the last 7 days, ongoing holdings included."""
