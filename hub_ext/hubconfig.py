@@ -102,6 +102,7 @@ def embedded_config(s: UpSettings, password: str) -> Config:
     c.ScaleLabSpawner.store_url = s.store_url
     c.ScaleLabSpawner.spark_master = "local[*]"
     c.ScaleLabSpawner.kernelspec_path = [str(kernelspec_dir(state))]
+    c.ScaleLabSpawner.gpu_queue_file = str(state / "gpu-queue.json")
     c.Spawner.http_timeout = 90
     c.Spawner.start_timeout = 180
     return c
@@ -125,5 +126,7 @@ def config_file_text(s: UpSettings, operator_config: str | None) -> str:
     lines += [
         "from scalelab.spawner.gpu_spawner import validate_config",
         "validate_config(c)  # a misspelt GPU setting stops the hub here, with its name",
+        "from scalelab.spawner.hubstart import start_with_hub",
+        "start_with_hub()  # GPU inventory at start; queued spawns started again after a restart",
     ]
     return "\n".join(lines) + "\n"

@@ -11,6 +11,15 @@ Life of a request::
              \\-- otherwise --> queued (position, estimated wait) --> granted --> Holding
                                    \\-- cancelled or abandoned --> removed, nothing held
     release() --> each GPU checked (busy_check) --> free, or quarantined with the reason
+
+The queue survives a hub restart: every change is handed to ``saver`` (ScaleLab writes it to a
+JSON file, :mod:`scalelab.spawner.queue_store`), and :meth:`GPUAllocator.restore_queue` puts
+saved requests back in their places as *placeholders* -- requests whose spawn is not running
+yet. A placeholder keeps its place and its GPUs (nobody behind it gets them) until its spawn is
+started again (:meth:`GPUAllocator.acquire` for the same server takes the place over) or it is
+withdrawn. A request nobody has listened to for a grace time (the student closed the pending
+page) is withdrawn by :meth:`GPUAllocator.withdraw_abandoned`: its spawn fails with
+:class:`RequestWithdrawn`, and nothing stays queued or held.
 """
 
 from __future__ import annotations
@@ -18,8 +27,9 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from scalelab.spawner.ledger import GPULedger, Holding
 from scalelab.spawner.policy import LimitRule, PolicyError, check_request, effective_limits
@@ -31,9 +41,16 @@ from scalelab.spawner.queue import (
     estimate_waits,
     gpu_hours,
 )
+from scalelab.spawner.queue_store import QueuedSpawn
 
 #: ``busy_check(uuid)`` -> None when no process holds memory on the GPU, else why it is busy.
 BusyCheck = Callable[[str], Awaitable[str | None]]
+#: ``saver(queue)``: persist the waiting requests, oldest first. Blocking; run in a thread.
+Saver = Callable[[list[QueuedSpawn]], None]
+
+
+class RequestWithdrawn(Exception):
+    """A waiting request was taken out of the queue because nobody watched it (abandoned)."""
 
 
 async def never_busy(_uuid: str) -> str | None:
@@ -67,6 +84,9 @@ class GPUAllocator:
         Async callable: does a released GPU still have memory in use? Default: :func:`never_busy`.
     clock
         Seconds since the epoch (``time.time``).
+    saver
+        Called (in a worker thread) with the waiting requests after every queue change;
+        None: the queue lives in memory only.
     """
 
     def __init__(
@@ -78,6 +98,7 @@ class GPUAllocator:
         fair_share_s_per_gpu_hour: float = 60.0,
         busy_check: BusyCheck = never_busy,
         clock: Callable[[], float] = time.time,
+        saver: Saver | None = None,
     ):
         self.ledger = GPULedger(inventory)
         self.queue = GPUQueue(fair_share_s_per_gpu_hour)
@@ -87,8 +108,14 @@ class GPUAllocator:
         self.clock = clock
         #: Ended holdings of the last 7 days (ongoing ones are in the ledger).
         self.usage: list[Usage] = []
+        self.saver = saver
+        #: What is saved of each waiting request (server -> how to start it again).
+        self.queued: dict[str, QueuedSpawn] = {}
+        #: When someone last listened to each waiting request (its pending page), or it arrived.
+        self._heard: dict[str, float] = {}
         self._waiters: dict[str, asyncio.Future[Holding]] = {}
         self._lock = asyncio.Lock()
+        self._save_lock = asyncio.Lock()
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -113,46 +140,163 @@ class GPUAllocator:
         check_request(gpus, limits, held)
 
     async def acquire(
-        self, server: str, user: str, gpus: int, groups: Iterable[str] = (), exempt: bool = False
+        self,
+        server: str,
+        user: str,
+        gpus: int,
+        groups: Iterable[str] = (),
+        exempt: bool = False,
+        *,
+        server_name: str = "",
+        user_options: Mapping[str, Any] | None = None,
     ) -> Holding:
         """Get ``gpus`` GPUs for ``server``, waiting in the queue while none are free.
 
-        Cancelling the awaiting task (the spawn was cancelled or abandoned) takes the request
-        out of the queue and gives back anything granted meanwhile.
+        A placeholder of ``server`` (a request restored after a hub restart) is taken over: the
+        request keeps its original place. ``server_name`` and ``user_options`` are saved with
+        a waiting request, to start it again after a hub restart.
+
+        Cancelling the awaiting task takes the request out of the queue and gives back anything
+        granted meanwhile; the saved queue is left as it was (a hub shutting down cancels every
+        task, and its queue must survive). :meth:`cancel` withdraws a request for good.
 
         Raises
         ------
         PolicyError
             See :meth:`check`; nothing is queued or held.
+        RequestWithdrawn
+            Nobody listened to the request for the grace time (:meth:`withdraw_abandoned`).
         """
         groups = list(groups)
         async with self._lock:
             self.check(server, user, gpus, groups, exempt)
-            if gpus == 0:
-                return Holding(server, user, (), self.clock())
-            if not len(self.queue) and len(self.ledger.free()) >= gpus:
-                return self._grant(QueueEntry(server, user, gpus, self.clock()))
-            self.queue.add(QueueEntry(server, user, gpus, self.clock()))
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters[server] = waiter
+            # A restored request of this server is taken over (or dropped, if now CPU-only).
+            placeholder = self.queue.remove(server)
+            if gpus == 0 or (
+                placeholder is None and not len(self.queue) and len(self.ledger.free()) >= gpus
+            ):
+                self._unqueue(server)
+                waiter = None
+                holding = (
+                    self._grant(QueueEntry(server, user, gpus, self.clock()))
+                    if gpus
+                    else Holding(server, user, (), self.clock())
+                )
+            else:
+                arrived = placeholder.enqueued if placeholder is not None else self.clock()
+                entry = QueueEntry(server, user, gpus, arrived)
+                self.queue.add(entry)
+                self.queued[server] = QueuedSpawn(entry, server_name, dict(user_options or {}))
+                self._heard[server] = self.clock()
+                waiter = asyncio.get_running_loop().create_future()
+                self._waiters[server] = waiter
+        if waiter is None:
+            if placeholder is not None:
+                await self.save()
+            return holding
         try:
+            await self.save()
+            await self.dispatch()  # a restored place may be served at once
             holding = await waiter
         except asyncio.CancelledError:
-            await self.cancel(server)
+            await self.cancel(server, save=False)
             raise
-        self._waiters.pop(server, None)
+        finally:
+            if self._waiters.get(server) is waiter:
+                del self._waiters[server]
         return holding
 
-    async def cancel(self, server: str) -> None:
-        """Withdraw ``server``'s request: out of the queue; GPUs granted meanwhile given back."""
+    async def cancel(self, server: str, *, save: bool = True) -> None:
+        """Withdraw ``server``'s request: out of the queue; GPUs granted meanwhile given back.
+
+        ``save=False`` leaves the saved queue as it is (see :meth:`acquire`).
+        """
         async with self._lock:
-            self.queue.remove(server)
+            queued = self._unqueue(server)
             waiter = self._waiters.pop(server, None)
             granted = waiter is not None and waiter.done() and not waiter.cancelled()
+            granted = granted and waiter.exception() is None
             if waiter is not None and not waiter.done():
                 waiter.cancel()
+        if queued and save:
+            await self.save()
         if granted:
             await self.release(server)
+
+    def heard_from(self, server: str) -> None:
+        """Someone is watching ``server``'s waiting request (its pending page pulled an event)."""
+        if server in self.queue:
+            self._heard[server] = self.clock()
+
+    async def withdraw_abandoned(self, grace_s: float, placeholder_grace_s: float) -> list[str]:
+        """Take out of the queue the requests nobody listened to for the grace time.
+
+        Parameters
+        ----------
+        grace_s
+            Seconds a waiting spawn may go without a listener; 0: never withdrawn for that.
+        placeholder_grace_s
+            Seconds a restored request may wait for its spawn to be started again.
+
+        Returns
+        -------
+        list of str
+            The servers withdrawn; each one's :meth:`acquire` raises :class:`RequestWithdrawn`.
+        """
+        now = self.clock()
+        withdrawn = []
+        async with self._lock:
+            for entry in self.queue.ordered({}):
+                waiter = self._waiters.get(entry.server)
+                grace = grace_s if waiter is not None else placeholder_grace_s
+                if not grace or now - self._heard.get(entry.server, now) <= grace:
+                    continue
+                self._unqueue(entry.server)
+                withdrawn.append(entry.server)
+                if waiter is not None and not waiter.done():
+                    waiter.set_exception(
+                        RequestWithdrawn(
+                            f"nobody watched the request's pending page for {grace:.0f} s"
+                        )
+                    )
+        if withdrawn:
+            await self.save()
+            await self.dispatch()
+        return withdrawn
+
+    def restore_queue(self, spawns: Iterable[QueuedSpawn]) -> list[tuple[QueuedSpawn, str]]:
+        """Put requests saved before a hub restart back in line, as placeholders.
+
+        Returns
+        -------
+        list
+            ``(spawn, why)`` for each request left out: its server already holds GPUs (it was
+            granted before the hub stopped), it waits already, or it asks for more GPUs than
+            this hub has.
+        """
+        skipped = []
+        now = self.clock()
+        for spawn in spawns:
+            server = spawn.entry.server
+            if self.ledger.holding(server) is not None:
+                skipped.append((spawn, "its server already holds GPUs"))
+            elif server in self.queue:
+                skipped.append((spawn, "it is already in the queue"))
+            elif not 1 <= spawn.entry.gpus <= len(self.ledger.inventory):
+                skipped.append((spawn, f"this hub has {len(self.ledger.inventory)} GPU(s)"))
+            else:
+                self.queue.add(spawn.entry)
+                self.queued[server] = spawn
+                self._heard[server] = now
+        return skipped
+
+    def placeholders(self) -> list[QueuedSpawn]:
+        """Restored requests whose spawn has not been started again, oldest first."""
+        return [
+            self.queued[e.server]
+            for e in self.queue.ordered({})
+            if e.server not in self._waiters and e.server in self.queued
+        ]
 
     async def release(self, server: str) -> tuple[str, ...]:
         """Give back ``server``'s GPUs; one whose memory is still in use is quarantined.
@@ -199,11 +343,16 @@ class GPUAllocator:
     async def dispatch(self) -> None:
         """Serve waiting requests from the head of the queue while GPUs are free."""
         async with self._lock:
+            served = False
             for entry in self.queue.grantable(len(self.ledger.free()), self.gpu_hours()):
-                self.queue.remove(entry.server)
                 waiter = self._waiters.get(entry.server)
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(self._grant(entry))
+                if waiter is None or waiter.done():
+                    continue  # a placeholder keeps its place and its GPUs until it resumes
+                self._unqueue(entry.server)
+                waiter.set_result(self._grant(entry))
+                served = True
+        if served:
+            await self.save()
 
     # -- views ---------------------------------------------------------------------------------
 
@@ -232,3 +381,19 @@ class GPUAllocator:
 
     def _grant(self, entry: QueueEntry) -> Holding:
         return self.ledger.allocate(entry.server, entry.user, entry.gpus, self.clock())
+
+    def _unqueue(self, server: str) -> bool:
+        """Forget ``server``'s waiting request (call under the lock); True if it was there."""
+        self._heard.pop(server, None)
+        self.queued.pop(server, None)
+        return self.queue.remove(server) is not None
+
+    async def save(self) -> None:
+        """Hand the queue, oldest first, to the saver (in a thread); the latest state wins."""
+        if self.saver is None:
+            return
+        async with self._save_lock:
+            line = [
+                self.queued[e.server] for e in self.queue.ordered({}) if e.server in self.queued
+            ]
+            await asyncio.to_thread(self.saver, line)

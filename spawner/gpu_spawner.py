@@ -13,24 +13,35 @@ on bad input, nothing allocated) and, for a GPU request, lifts JupyterHub's ``st
 by ``gpu_queue_timeout`` so that waiting in the queue is not a failed start; ``start`` waits
 for the GPUs, then launches; ``progress`` reports the queue position and estimated wait.
 GPUs are released on stop, on death found by ``poll``, on a failed start and on cancel.
+
+The queue survives a hub restart (``gpu_queue_file``, see :mod:`scalelab.spawner.queue_store`
+and :mod:`scalelab.spawner.hubstart`), and a queued spawn whose pending page nobody has watched
+for ``gpu_abandon_timeout`` seconds is withdrawn: the spawn fails with a message the student
+sees on their next visit. A server found dead by ``poll`` leaves a note saying why its GPUs
+were released, shown in the spawn form and the progress of the next spawn.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import math
+import os
+import signal
 import time
+from pathlib import Path
 from typing import Any, ClassVar
 
 import sqlalchemy
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from jupyterhub.spawner import Spawner
+from jupyterhub.spawner import Spawner, SpawnException
 from tornado import web
 from traitlets import Dict, Float, List, Unicode, default
 from traitlets.config import Config
 
 from scalelab import envvars
-from scalelab.spawner.allocator import GPUAllocator, never_busy
+from scalelab.spawner import queue_store
+from scalelab.spawner.allocator import GPUAllocator, RequestWithdrawn, never_busy
 from scalelab.spawner.inventory import (
     GPUInventory,
     declared_inventory,
@@ -57,6 +68,9 @@ from scalelab.templates import templates_dir
 STATE_VERSION = 1
 #: ``gpu_queue_timeout`` of 0 means this long: a queued request waits until cancelled.
 _NO_QUEUE_LIMIT_S = 30 * 24 * 3600.0
+#: ``gpu_abandon_timeout`` of 0: a request restored after a restart still waits at most this
+#: long for its spawn to be started again.
+_PLACEHOLDER_GRACE_S = 300.0
 
 DEFAULT_PROFILES = [
     {
@@ -88,6 +102,18 @@ def validate_config(config: Config) -> None:
     check_memory_choices(section.get("spark_driver_memory_choices", ["1g"]))
     if section.get("declared_gpus"):
         declared_inventory(section["declared_gpus"])
+
+
+def describe_exit(status: int | None) -> str:
+    """``"killed by SIGKILL"``, ``"exit status 1"``: a server's ``poll`` status in words."""
+    if status is None:
+        return "still running"
+    if status < 0:
+        try:
+            return f"killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"killed by signal {-status}"
+    return f"exit status {status}"
 
 
 def format_wait(seconds: float) -> str:
@@ -147,6 +173,26 @@ class GPUSpawnerMixin(Spawner):
         help="""Queue fairness: seconds a request moves back in line for every GPU-hour its user
         held in the last 7 days. 0: plain first come, first served.""",
     )
+    gpu_queue_file = Unicode(
+        "scalelab-gpu-queue.json",
+        config=True,
+        help="""JSON file that keeps the GPU queue across hub restarts (relative paths are
+        taken from the hub's working directory, like JupyterHub's SQLite database). Written
+        atomically at every queue change; when the hub starts, the waiting requests go back in
+        their places and are started again in their students' names. Empty: the queue lives in
+        memory only and a hub restart drops it. `scalelab up` keeps it in its state folder.""",
+    )
+    gpu_abandon_timeout = Float(
+        300.0,
+        min=0.0,
+        config=True,
+        help="""Seconds a queued GPU request may go without anyone watching its pending page
+        (the progress stream) before it is withdrawn from the queue: the student closed the tab.
+        The spawn then fails with a message the student sees on their next visit, and nothing
+        stays queued or held. 0: never withdrawn for that (REST clients that do not follow the
+        progress stream). A request restored after a hub restart and never started again is
+        withdrawn after this long too (300 s when 0).""",
+    )
     options_template_paths = List(
         Unicode(),
         config=True,
@@ -158,11 +204,14 @@ class GPUSpawnerMixin(Spawner):
     _policy: ClassVar[GPUPolicy | None] = None
     _pending_restores: ClassVar[list[Holding]] = []
     _allocator_lock: ClassVar[asyncio.Lock | None] = None
+    _sweeper: ClassVar[asyncio.Task | None] = None
 
     _request: SpawnRequest | None = None
     _holding: Holding | None = None
     _base_start_timeout: float | None = None
     _session_watch: asyncio.Task | None = None
+    #: Why this server's last run ended unexpectedly (found dead by poll), for the student.
+    _last_exit_note: str = ""
 
     # -- the hub-wide allocator ------------------------------------------------------------------
 
@@ -191,9 +240,74 @@ class GPUSpawnerMixin(Spawner):
                 for holding in cls._pending_restores:
                     self._restore(allocator, holding)
                 cls._pending_restores.clear()
+                await self._restore_queue(allocator)
+                cls._sweeper = asyncio.create_task(self._withdraw_abandoned(allocator))
                 cls._inventory, cls._allocator, cls._policy = inventory, allocator, policy
                 register_collector(lambda: GPUSpawnerMixin._allocator)
         return cls._allocator
+
+    def _queue_path(self) -> Path | None:
+        return Path(self.gpu_queue_file).resolve() if self.gpu_queue_file else None
+
+    async def _restore_queue(self, allocator: GPUAllocator) -> None:
+        """Load the queue saved before a restart into ``allocator``; from now on, save it."""
+        path = self._queue_path()
+        if path is None:
+            return
+        try:
+            saved = await asyncio.to_thread(queue_store.read, path)
+        except (queue_store.QueueFileError, OSError) as exc:
+            aside = path.with_name(path.name + ".bad")
+            await asyncio.to_thread(os.replace, path, aside)
+            self.log.error(
+                "ScaleLab could not read the saved GPU queue %s (%s); kept it as %s and started "
+                "with an empty queue",
+                path,
+                exc,
+                aside,
+            )
+            saved = []
+        for spawn, why in allocator.restore_queue(saved):
+            self.log.warning(
+                "ScaleLab dropped the saved GPU request of %s: %s", spawn.entry.server, why
+            )
+        restored = [s.entry.server for s in allocator.placeholders()]
+        if restored:
+            self.log.info(
+                "ScaleLab GPU queue: %d request(s) restored from %s, in their places: %s",
+                len(restored),
+                path,
+                ", ".join(restored),
+            )
+        allocator.saver = lambda line: self._save_queue(path, line)
+        await allocator.save()
+
+    def _save_queue(self, path: Path, line: list[queue_store.QueuedSpawn]) -> None:
+        """The allocator's saver (runs in a worker thread)."""
+        try:
+            queue_store.write(path, line)
+        except OSError as exc:
+            self.log.error(
+                "ScaleLab could not save the GPU queue to %s (%s): a hub restart would lose it; "
+                "check c.ScaleLabSpawner.gpu_queue_file",
+                path,
+                exc,
+            )
+
+    async def _withdraw_abandoned(self, allocator: GPUAllocator) -> None:
+        """Withdraw queued requests nobody watches, every few seconds, for the hub's life."""
+        grace = self.gpu_abandon_timeout
+        placeholder_grace = grace or _PLACEHOLDER_GRACE_S
+        period = max(1.0, min(10.0, min(grace or placeholder_grace, placeholder_grace) / 5))
+        while True:
+            await asyncio.sleep(period)
+            for server in await allocator.withdraw_abandoned(grace, placeholder_grace):
+                self.log.warning(
+                    "%s withdrawn from the GPU queue: nobody watched its pending page for "
+                    "%.0f s (ScaleLabSpawner.gpu_abandon_timeout)",
+                    server,
+                    grace or placeholder_grace,
+                )
 
     def _restore(self, allocator: GPUAllocator, holding: Holding) -> None:
         try:
@@ -247,6 +361,7 @@ class GPUSpawnerMixin(Spawner):
             memory_choices=memory,
             memory_default=self._memory_default(memory),
             queue_length=len(allocator.queue),
+            last_exit=self._last_exit_note,
         )
 
     def _memory_default(self, choices: list[str]) -> str:
@@ -319,19 +434,42 @@ class GPUSpawnerMixin(Spawner):
             self.log.info("%s asks for %d GPU(s)", self.server_key, request.gpus)
         groups, exempt = self._who()
         asked = time.monotonic()
-        self._holding = await allocator.acquire(
-            self.server_key, self.user.name, request.gpus, groups, exempt
-        )
+        try:
+            self._holding = await allocator.acquire(
+                self.server_key,
+                self.user.name,
+                request.gpus,
+                groups,
+                exempt,
+                server_name=self.name,
+                user_options={
+                    "profile": request.profile.slug,
+                    "gpus": request.gpus,
+                    "spark_driver_memory": request.spark_driver_memory,
+                },
+            )
+        except RequestWithdrawn as exc:
+            grace = self.gpu_abandon_timeout or _PLACEHOLDER_GRACE_S
+            raise SpawnException(
+                f"Your request for {request.gpus} GPU(s) was withdrawn from the queue: its "
+                f"waiting page was closed for over {grace:.0f} s. Start your server again to "
+                "queue anew (or start it without GPUs).",
+                reason="gpu_request_abandoned",
+                log_message=f"{self.server_key}: {exc} (ScaleLabSpawner.gpu_abandon_timeout)",
+            ) from None
         if request.gpus:
             QUEUE_WAIT.observe(time.monotonic() - asked)
         if self._holding.gpus:
             self.log.info("%s holds GPU(s) %s", self.server_key, ", ".join(self._holding.gpus))
         return self._holding
 
-    async def release_gpus(self) -> None:
-        """Give back this server's GPUs (and withdraw a queued request)."""
+    async def release_gpus(self, save: bool = True) -> None:
+        """Give back this server's GPUs (and withdraw a queued request).
+
+        ``save=False`` leaves a queued request in the saved queue (the hub is shutting down).
+        """
         allocator = await self.gpu_allocator()
-        await allocator.cancel(self.server_key)
+        await allocator.cancel(self.server_key, save=save)
         holding = allocator.ledger.holding(self.server_key)
         released = await allocator.release(self.server_key)
         if holding is not None and released:
@@ -386,10 +524,15 @@ class GPUSpawnerMixin(Spawner):
     async def progress(self):
         """Queue position and estimated wait while waiting; then what was granted."""
         announced = False
+        if self._last_exit_note:
+            yield {"progress": 0, "message": self._last_exit_note}
         while self.pending == "spawn":
             allocator = await self.gpu_allocator()
             status = allocator.status(self.server_key)
             if status is not None:
+                # Code before a yield runs only when the pending page asks for the next event:
+                # someone is watching this request.
+                allocator.heard_from(self.server_key)
                 yield {
                     "progress": 10,
                     "message": (
@@ -448,10 +591,17 @@ class GPUSpawnerMixin(Spawner):
         try:
             await self.allocate_gpus()
             url = await super().start()
-        except BaseException:  # failed, cancelled or abandoned: nothing may stay held
+        except asyncio.CancelledError:
+            # JupyterHub interrupting the spawn (a stop follows, which withdraws the request
+            # from the saved queue too) or the hub shutting down (the saved queue keeps it).
+            await self.release_gpus(save=False)
+            self._forget_options()
+            raise
+        except BaseException:  # failed or abandoned: nothing may stay held
             await self.release_gpus()
             self._forget_options()
             raise
+        self._last_exit_note = ""
         self._watch_session()
         return url
 
@@ -469,7 +619,20 @@ class GPUSpawnerMixin(Spawner):
         allocator = await self.gpu_allocator()
         if status is None:
             self._watch_session()  # after a hub restart, too
-        if status is not None and allocator.ledger.holding(self.server_key) is not None:
+        holding = allocator.ledger.holding(self.server_key)
+        if status is not None and holding is not None:
+            when = dt.datetime.fromtimestamp(allocator.clock(), dt.UTC).strftime("%H:%M UTC")
+            self._last_exit_note = (
+                f"Your previous server stopped unexpectedly ({describe_exit(status)}) at "
+                f"{when}; its GPU(s) {', '.join(holding.gpus)} went back to the pool. Files in "
+                "your home are kept."
+            )
+            self.log.warning(
+                "%s died (%s) while holding GPU(s) %s: releasing them",
+                self.server_key,
+                describe_exit(status),
+                ", ".join(holding.gpus),
+            )
             await self.release_gpus()
         if allocator.ledger.quarantined():
             await allocator.recheck_quarantine()
