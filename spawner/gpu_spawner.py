@@ -237,25 +237,31 @@ class GPUSpawnerMixin(Spawner):
                     busy_check=busy,
                 )
                 self.log.info("ScaleLab GPU inventory: %s", inventory.describe())
+                saved = await self._read_saved_queue()
+                # No await from here on: holdings that load_state keeps for the allocator
+                # meanwhile (servers found at hub start) all go in before the queue.
                 for holding in cls._pending_restores:
                     self._restore(allocator, holding)
                 cls._pending_restores.clear()
-                await self._restore_queue(allocator)
+                self._restore_queue(allocator, saved)
                 cls._sweeper = asyncio.create_task(self._withdraw_abandoned(allocator))
                 cls._inventory, cls._allocator, cls._policy = inventory, allocator, policy
                 register_collector(lambda: GPUSpawnerMixin._allocator)
+                await allocator.save()
         return cls._allocator
 
     def _queue_path(self) -> Path | None:
         return Path(self.gpu_queue_file).resolve() if self.gpu_queue_file else None
 
-    async def _restore_queue(self, allocator: GPUAllocator) -> None:
-        """Load the queue saved before a restart into ``allocator``; from now on, save it."""
+    async def _read_saved_queue(self) -> list[queue_store.QueuedSpawn]:
+        """The queue saved before a restart (empty without ``gpu_queue_file`` or a file).
+
+        An unreadable file is moved aside to ``<file>.bad`` (nothing is lost) and logged."""
         path = self._queue_path()
         if path is None:
-            return
+            return []
         try:
-            saved = await asyncio.to_thread(queue_store.read, path)
+            return await asyncio.to_thread(queue_store.read, path)
         except (queue_store.QueueFileError, OSError) as exc:
             aside = path.with_name(path.name + ".bad")
             await asyncio.to_thread(os.replace, path, aside)
@@ -266,7 +272,13 @@ class GPUSpawnerMixin(Spawner):
                 exc,
                 aside,
             )
-            saved = []
+            return []
+
+    def _restore_queue(self, allocator: GPUAllocator, saved: list[queue_store.QueuedSpawn]):
+        """Put the saved requests back in line; from now on, save every queue change."""
+        path = self._queue_path()
+        if path is None:
+            return
         for spawn, why in allocator.restore_queue(saved):
             self.log.warning(
                 "ScaleLab dropped the saved GPU request of %s: %s", spawn.entry.server, why
@@ -280,7 +292,6 @@ class GPUSpawnerMixin(Spawner):
                 ", ".join(restored),
             )
         allocator.saver = lambda line: self._save_queue(path, line)
-        await allocator.save()
 
     def _save_queue(self, path: Path, line: list[queue_store.QueuedSpawn]) -> None:
         """The allocator's saver (runs in a worker thread)."""
@@ -450,13 +461,18 @@ class GPUSpawnerMixin(Spawner):
             )
         except RequestWithdrawn as exc:
             grace = self.gpu_abandon_timeout or _PLACEHOLDER_GRACE_S
-            raise SpawnException(
+            message = (
                 f"Your request for {request.gpus} GPU(s) was withdrawn from the queue: its "
                 f"waiting page was closed for over {grace:.0f} s. Start your server again to "
-                "queue anew (or start it without GPUs).",
+                "queue anew (or start it without GPUs)."
+            )
+            withdrawn = SpawnException(
+                message,
                 reason="gpu_request_abandoned",
                 log_message=f"{self.server_key}: {exc} (ScaleLabSpawner.gpu_abandon_timeout)",
-            ) from None
+            )
+            withdrawn.jupyterhub_message = message  # what the student's next visit shows
+            raise withdrawn from None
         if request.gpus:
             QUEUE_WAIT.observe(time.monotonic() - asked)
         if self._holding.gpus:
@@ -620,7 +636,7 @@ class GPUSpawnerMixin(Spawner):
         if status is None:
             self._watch_session()  # after a hub restart, too
         holding = allocator.ledger.holding(self.server_key)
-        if status is not None and holding is not None:
+        if status is not None and holding is not None and self.pending != "stop":
             when = dt.datetime.fromtimestamp(allocator.clock(), dt.UTC).strftime("%H:%M UTC")
             self._last_exit_note = (
                 f"Your previous server stopped unexpectedly ({describe_exit(status)}) at "

@@ -184,6 +184,13 @@ def test_a_killed_server_releases_its_gpu_at_the_next_poll(hub: ScaleLabUp):
     _wait_ready(hub, "carol")
     assert _gpus(hub, "carol") == alice_gpu
     assert hub.api("GET", "/users/alice").json()["servers"] == {}
+    log = (hub.state_dir / "logs" / "jupyterhub.log").read_text()
+    assert f"alice/ died (killed by SIGKILL) while holding GPU(s) {alice_gpu}" in log
+    # alice sees why on her next visit: the spawn form says what happened to her server
+    form = _login(hub, "alice", hub.password).get(f"{hub.url}/hub/spawn", timeout=60)
+    assert form.status_code == 200
+    assert "Your previous server stopped unexpectedly (killed by SIGKILL)" in form.text
+    assert f"its GPU(s) {alice_gpu} went back to the pool" in form.text
 
 
 @pytest.fixture
