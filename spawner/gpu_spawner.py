@@ -4,9 +4,10 @@
 granted GPUs (:attr:`GPUSpawnerMixin.gpu_uuids`) to its server (local processes:
 ``CUDA_VISIBLE_DEVICES``, see :mod:`scalelab.spawner.environment`).
 
-The hub keeps one :class:`~scalelab.spawner.allocator.GPUAllocator` for all spawners, built at
-the first spawner's first use from the inventory (NVML, or ``declared_gpus``) and
-:class:`~scalelab.spawner.policy.GPUPolicy`.
+The hub keeps one :class:`~scalelab.spawner.allocator.GPUAllocator` for all spawners, built
+from the inventory (NVML, or ``declared_gpus``) and :class:`~scalelab.spawner.policy.GPUPolicy`
+when the hub starts (:func:`scalelab.spawner.hubstart.start_with_hub`), or else at the first
+spawner's first use.
 
 Per spawn attempt: ``apply_user_options`` validates the options (HTTP 400/409 with the reason
 on bad input, nothing allocated) and, for a GPU request, lifts JupyterHub's ``start_timeout``
@@ -210,8 +211,9 @@ class GPUSpawnerMixin(Spawner):
     _holding: Holding | None = None
     _base_start_timeout: float | None = None
     _session_watch: asyncio.Task | None = None
-    #: Why this server's last run ended unexpectedly (found dead by poll), for the student.
-    _last_exit_note: str = ""
+    #: Why each server's last run ended unexpectedly (found dead by poll), for the student;
+    #: per server key, since JupyterHub may make a new spawner object for the next start.
+    _exit_notes: ClassVar[dict[str, str]] = {}
 
     # -- the hub-wide allocator ------------------------------------------------------------------
 
@@ -372,7 +374,7 @@ class GPUSpawnerMixin(Spawner):
             memory_choices=memory,
             memory_default=self._memory_default(memory),
             queue_length=len(allocator.queue),
-            last_exit=self._last_exit_note,
+            last_exit=self._exit_notes.get(self.server_key, ""),
         )
 
     def _memory_default(self, choices: list[str]) -> str:
@@ -540,8 +542,9 @@ class GPUSpawnerMixin(Spawner):
     async def progress(self):
         """Queue position and estimated wait while waiting; then what was granted."""
         announced = False
-        if self._last_exit_note:
-            yield {"progress": 0, "message": self._last_exit_note}
+        note = self._exit_notes.get(self.server_key)
+        if note:
+            yield {"progress": 0, "message": note}
         while self.pending == "spawn":
             allocator = await self.gpu_allocator()
             status = allocator.status(self.server_key)
@@ -617,7 +620,7 @@ class GPUSpawnerMixin(Spawner):
             await self.release_gpus()
             self._forget_options()
             raise
-        self._last_exit_note = ""
+        self._exit_notes.pop(self.server_key, None)
         self._watch_session()
         return url
 
@@ -638,7 +641,7 @@ class GPUSpawnerMixin(Spawner):
         holding = allocator.ledger.holding(self.server_key)
         if status is not None and holding is not None and self.pending != "stop":
             when = dt.datetime.fromtimestamp(allocator.clock(), dt.UTC).strftime("%H:%M UTC")
-            self._last_exit_note = (
+            self._exit_notes[self.server_key] = (
                 f"Your previous server stopped unexpectedly ({describe_exit(status)}) at "
                 f"{when}; its GPU(s) {', '.join(holding.gpus)} went back to the pool. Files in "
                 "your home are kept."

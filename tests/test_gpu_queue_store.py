@@ -176,3 +176,9 @@ async def test_requests_nobody_watches_are_withdrawn_and_leave_nothing_behind():
     await alloc.release("a/")
     assert (await asyncio.wait_for(carol, 5)).gpus == ("GPU-a",)
     assert alloc.ledger.holding("bob/") is None and len(alloc.queue) == 0
+
+
+def test_the_hub_start_hook_does_nothing_outside_a_starting_hub():
+    from scalelab.spawner.hubstart import start_with_hub
+
+    assert start_with_hub() is False  # e.g. a checker reading jupyterhub_config.py
