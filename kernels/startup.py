@@ -15,7 +15,7 @@ from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from scalelab import envvars
-from scalelab.store import StoreError, open_store, store_settings
+from scalelab.store.session import kernel_store
 
 #: Spark master when the hub set none: all cores of this machine.
 DEFAULT_SPARK_MASTER = "local[*]"
@@ -129,13 +129,7 @@ def start(flavour: str, namespace: MutableMapping[str, Any]) -> None:
     Prints one banner line per item; never raises, so a bad setting cannot kill the kernel.
     """
     lines = [f"ScaleLab {flavour} kernel: {gpu_banner()}"]
-    try:
-        url, _ = store_settings()
-        namespace["store"] = open_store()
-        namespace["STORE_URL"] = url
-        lines.append(f"course store: {url} (as `store`, an fsspec file system)")
-    except StoreError as exc:
-        lines.append(f"course store unavailable: {exc}")
+    lines.append(kernel_store(namespace))
     if flavour == "pyspark":
         try:
             spark = start_spark()
