@@ -66,6 +66,8 @@ def is_unreachable(exc: BaseException) -> bool:
             return True
         if any(cls.__name__ in _UNREACHABLE_NAMES for cls in type(exc).__mro__):
             return True
+        if isinstance(exc, OSError) and any(p in str(exc).lower() for p in _UNREACHABLE_TEXT):
+            return True  # hdfs-native's errors are plain OSErrors with the OS message
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return False
@@ -79,6 +81,17 @@ def setting_hint(url: str) -> str:
     if protocol in ("hdfs", "webhdfs", "viewfs"):
         return "the namenode in c.ScaleLabSpawner.store_url, or HADOOP_CONF_DIR"
     return "the folder in c.ScaleLabSpawner.store_url (is it mounted?)"
+
+
+_UNREACHABLE_TEXT = (
+    "connection refused",
+    "connection reset",
+    "timed out",
+    "no route to host",
+    "network is unreachable",
+    "name or service not known",
+    "failed to lookup address",
+)
 
 
 # Which positional argument / keyword of each method is a store path, and whether it is written.
