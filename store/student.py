@@ -25,6 +25,7 @@ from typing import Any
 
 import fsspec
 from fsspec.implementations.dirfs import DirFileSystem
+from fsspec.spec import AbstractBufferedFile
 
 from scalelab.store.errors import StoreError, StoreUnavailableError
 from scalelab.store.fs import _is_local, open_target, store_settings
@@ -211,7 +212,8 @@ class StudentStore(DirFileSystem):
         self.check(path, write=write)
         if write and self.local and "a" not in mode and "+" not in mode:
             return self._call(lambda: self._open_atomic(path, mode, **kwargs))
-        return self._call(lambda: DirFileSystem.open(self, path, mode, **kwargs))
+        inner = self._call(lambda: DirFileSystem.open(self, path, mode, **kwargs))
+        return _StoreFile(inner, self._unavailable, write)
 
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
         if not self.local:
@@ -230,14 +232,14 @@ class StudentStore(DirFileSystem):
         with self.open(path, "w", encoding=encoding, **kwargs) as f:
             return f.write(value)
 
-    def _open_atomic(self, path: str, mode: str, **kwargs: Any) -> _AtomicFile:
+    def _open_atomic(self, path: str, mode: str, **kwargs: Any) -> _StoreFile:
         target = self._join(self.view.check(path, write=True))
         if "x" in mode and self.fs.exists(target):
             raise FileExistsError(f"{path!r} already exists in the course store")
         folder, name = os.path.split(target)
         temp = os.path.join(folder, f".{name}.scalelab-{secrets.token_hex(4)}.part")
         inner = self.fs.open(temp, mode.replace("x", "w"), **kwargs)
-        return _AtomicFile(inner, temp, target, self._unavailable)
+        return _StoreFile(inner, self._unavailable, True, temp, target)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -295,68 +297,116 @@ for _name in _LISTINGS:
     setattr(StudentStore, _name, _listing(_name))
 
 
-class _AtomicFile:
-    """A file written to ``temp`` and renamed onto ``target`` on a clean close."""
+class _StoreFile:
+    """A file of the store whose errors say when the store is unreachable.
 
-    def __init__(self, inner: Any, temp: str, target: str, unavailable: Callable) -> None:
+    Written files are published only by a clean close: on a local store the temporary file
+    ``temp`` is renamed onto ``target``; on an object store the back end uploads on close. A
+    ``with`` block left by an exception discards what was written (fsspec's own files would
+    upload the half that was written); the old file, if any, stays as it was.
+    """
+
+    def __init__(
+        self,
+        inner: Any,
+        unavailable: Callable[[BaseException], StoreUnavailableError | None],
+        writing: bool,
+        temp: str | None = None,
+        target: str | None = None,
+    ) -> None:
         self._inner = inner
+        self._writing = writing
+        self._unavailable = unavailable
         self._temp = temp
         self._target = target
-        self._unavailable = unavailable
         self._done = False
 
+    def _translate(self, exc: Exception) -> Exception:
+        unavailable = self._unavailable(exc)
+        return exc if unavailable is None else unavailable
+
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        attr = getattr(self._inner, name)
+        if not callable(attr):
+            return attr
+
+        @functools.wraps(attr)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            except StoreError:
+                raise
+            except Exception as exc:
+                error = self._translate(exc)
+                if error is exc:
+                    raise
+                raise error from exc
+
+        return call
 
     def __iter__(self) -> Any:
         return iter(self._inner)
 
     @property
     def closed(self) -> bool:
-        return self._done
-
-    def write(self, data: Any) -> int:
-        return self._inner.write(data)
+        return self._done or bool(getattr(self._inner, "closed", False))
 
     def close(self) -> None:
-        """Finish the file: flush, then rename it onto the target (atomic on one file system)."""
+        """Finish the file and publish it (rename onto the target on a local store)."""
         if self._done:
             return
         self._done = True
         try:
             self._inner.close()
-            os.replace(self._temp, self._target)
+            if self._temp is not None:
+                os.replace(self._temp, self._target)
         except Exception as exc:
             self._remove_temp()
-            unavailable = self._unavailable(exc)
-            if unavailable is not None:
-                raise unavailable from exc
-            raise
+            self._abort()
+            error = self._translate(exc)
+            if error is exc:
+                raise
+            raise error from exc
 
     def discard(self) -> None:
         """Drop what was written; the target is left as it was."""
         if self._done:
             return
         self._done = True
+        if self._temp is not None:
+            try:
+                self._inner.close()
+            finally:
+                self._remove_temp()
+        else:
+            self._abort()
+
+    def _abort(self) -> None:
+        discard = getattr(self._inner, "discard", None)  # fsspec buffered files: no upload
         try:
-            self._inner.close()
-        finally:
-            self._remove_temp()
+            if discard is not None:
+                discard()
+        except Exception:  # noqa: BLE001 -- best effort: the store may be gone
+            pass
+        if isinstance(self._inner, AbstractBufferedFile):
+            self._inner.closed = True  # its __del__ would try the upload again
 
     def _remove_temp(self) -> None:
+        if self._temp is None:
+            return
         try:
             os.unlink(self._temp)
         except OSError:
             pass
 
-    def __enter__(self) -> _AtomicFile:
+    def __enter__(self) -> _StoreFile:
         return self
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
-        if exc_type is None:
-            self.close()
-        else:
+        if exc_type is not None and self._writing:
             self.discard()
+        else:
+            self.close()
 
 
 def student_store(
