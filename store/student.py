@@ -27,7 +27,7 @@ import fsspec
 from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.spec import AbstractBufferedFile
 
-from scalelab.store.errors import StoreError, StoreUnavailableError
+from scalelab.store.errors import StoreAccessError, StoreError, StoreUnavailableError
 from scalelab.store.fs import _is_local, open_target, store_settings
 from scalelab.store.guard import StoreView, split_path
 
@@ -100,7 +100,7 @@ _READ = ((0, "path", False),)
 _WRITE = ((0, "path", True),)
 _METHODS: dict[str, tuple[tuple[int, str, bool], ...]] = {
     **dict.fromkeys(
-        "cat_file cat cat_ranges get_file get isfile isdir size sizes ukey checksum exists "
+        "cat_file cat cat_ranges get_file get size sizes ukey checksum "
         "info created modified sign".split(),
         _READ,
     ),
@@ -205,7 +205,27 @@ class StudentStore(DirFileSystem):
         self.check(path)
         out = self._call(lambda: DirFileSystem.ls(self, path, detail=detail, **kwargs))
         name = (lambda e: e["name"]) if detail else (lambda e: e)
-        return [e for e in out if self.view.visible(name(e))]
+        return [e for e in out if self.view.visible(name(e)) and self._inside(name(e))]
+
+    def _inside(self, path: str) -> bool:
+        """False for a listed entry that is a link leaving the allowed roots (left out)."""
+        try:
+            self.check(path)
+        except StoreAccessError:
+            return False
+        return True
+
+    def exists(self, path: str, **kwargs: Any) -> bool:
+        """False for paths outside the student's part too, like ``os.path.exists``."""
+        return self._inside(path) and self._call(lambda: DirFileSystem.exists(self, path, **kwargs))
+
+    def isdir(self, path: str) -> bool:
+        """False for paths outside the student's part too."""
+        return self._inside(path) and self._call(lambda: DirFileSystem.isdir(self, path))
+
+    def isfile(self, path: str) -> bool:
+        """False for paths outside the student's part too."""
+        return self._inside(path) and self._call(lambda: DirFileSystem.isfile(self, path))
 
     def open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
         write = any(c in mode for c in "wxa+")

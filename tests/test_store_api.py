@@ -160,6 +160,13 @@ def test_escapes_through_the_api_are_refused(
     assert not (store_root / "home/bob/planted.txt").exists()
 
 
+def test_existence_checks_say_false_outside_the_allowed_roots(alice: StudentStore):
+    assert alice.exists("datasets/songs/part-0.csv") and alice.isdir("home/alice")
+    assert not alice.exists("home/bob/secret.txt")
+    assert not alice.isdir("home/bob") and not alice.isfile("ops/credentials")
+    assert not alice.exists("../course/ops/credentials") and not alice.isfile("/etc/hostname")
+
+
 def test_symlinks_leaving_the_allowed_roots_are_refused(alice: StudentStore, store_root: Path):
     home = store_root / "home/alice"
     (home / "to-bob").symlink_to(store_root / "home/bob")
@@ -175,6 +182,7 @@ def test_symlinks_leaving_the_allowed_roots_are_refused(alice: StudentStore, sto
         alice.pipe_file("home/alice/to-bob/planted.txt", b"x")
     assert not (store_root / "home/bob/planted.txt").exists()
     assert alice.cat_file("home/alice/to-data/part-0.csv").startswith(b"year")  # inside: fine
+    assert alice.ls("home/alice", detail=False) == ["home/alice/to-data"]  # escaping links hidden
 
 
 def test_an_existing_file_survives_a_write_that_fails(alice: StudentStore, store_root: Path):
