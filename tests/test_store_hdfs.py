@@ -192,3 +192,30 @@ def test_a_real_cluster_round_trip():
             store.pipe_file("datasets/planted.txt", b"x")
     finally:
         store.rm(f"home/{user}", recursive=True)
+
+
+@pytest.mark.integration
+def test_a_real_kernel_with_a_down_namenode_starts_and_explains_at_first_use(
+    kernel_environment: dict[str, str], tmp_path: Path
+):
+    from jupyter_client.manager import start_new_kernel
+
+    env = {**kernel_environment, "SCALELAB_STORE_URL": f"hdfs://127.0.0.1:{_closed_port()}/c"}
+    km, kc = start_new_kernel(kernel_name="scalelab-pytorch", env=env, cwd=str(tmp_path))
+    try:
+        outputs: list[str] = []
+
+        def hook(msg: dict) -> None:
+            content = msg["content"]
+            outputs.append(content.get("text", "") + content.get("evalue", ""))
+
+        reply = kc.execute_interactive("store.ls('datasets')", output_hook=hook, timeout=120)
+        assert reply["content"]["status"] == "error"
+        assert reply["content"]["ename"] == "StoreUnavailableError"
+        text = "".join(outputs)
+        assert "nothing answers at 127.0.0.1" in text and "c.ScaleLabSpawner.store_url" in text
+        reply = kc.execute_interactive("print(6 * 7)", output_hook=hook, timeout=60)
+        assert reply["content"]["status"] == "ok" and km.is_alive()
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
