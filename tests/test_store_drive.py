@@ -13,10 +13,13 @@ from urllib.parse import quote
 
 import pytest
 import requests
+from playwright.sync_api import expect, sync_playwright
 from traitlets.config import Config
 
 from scalelab.hub_ext.store_drive import DRIVE_URL, StoreDrive, drive_config, drive_id
+from tests.conftest import REPO
 from tests.hubproc import ScaleLabUp, running
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
 
 
 def test_drive_settings_allow_no_user_defined_drives():
@@ -137,3 +140,31 @@ def test_a_student_cannot_mount_a_drive_of_their_own(hub: ScaleLabUp):
     # The store drive still works after the attempt.
     assert _contents(hub, "alice", "home/alice/result.txt").status_code in (200, 404)
     assert Path(hub.state_dir / "store/ops/credentials").read_text() == "ops secret"
+
+
+DRIVE_SCREENSHOT = REPO / "docs" / "screenshot-store-drive.png"
+
+
+@pytest.mark.browser
+def test_the_drive_shows_in_jupyterlab(hub: ScaleLabUp):
+    """Chromium: alice logs in; the "Course store" panel lists the datasets and the homes."""
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(f"{hub.url}/hub/login")
+            page.fill("#username_input", "alice")
+            page.fill("#password_input", hub.password)
+            page.click("#login_submit")
+            page.wait_for_url("**/user/alice/lab**", timeout=240_000)
+            tab = page.locator('.lm-TabBar-tab[title="Course store"]')
+            expect(tab).to_be_visible(timeout=120_000)
+            tab.click()
+            panel = page.locator(f'[id$="_{drive_id()}"].jp-tree-finder-sidebar')
+            expect(panel).to_contain_text("datasets/", timeout=60_000)
+            expect(panel).to_contain_text("home/")
+            expect(panel).not_to_contain_text("ops")
+            DRIVE_SCREENSHOT.parent.mkdir(exist_ok=True)
+            page.screenshot(path=str(DRIVE_SCREENSHOT))
+        finally:
+            browser.close()
