@@ -122,8 +122,10 @@ class StudentStore(DirFileSystem):
     ----------
     user
         The student; None reads ``JUPYTERHUB_USER``.
-    url, storage_options
-        The store; None reads ``SCALELAB_STORE_URL`` / ``SCALELAB_STORE_OPTIONS``.
+    store_url, store_options
+        The store's URL and fsspec ``storage_options``; None reads ``SCALELAB_STORE_URL`` /
+        ``SCALELAB_STORE_OPTIONS``. (Named so, not ``url``, because fsspec passes them through
+        ``url_to_fs`` when a library opens a ``scalelab:///...`` URL.)
 
     Raises
     ------
@@ -141,16 +143,17 @@ class StudentStore(DirFileSystem):
     def __init__(
         self,
         user: str | None = None,
-        url: str | None = None,
-        storage_options: Mapping[str, Any] | None = None,
+        store_url: str | None = None,
+        store_options: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ):
+        url = store_url
         if url is None:
             url, env_options = store_settings()
-            storage_options = {**env_options, **(storage_options or {})}
+            store_options = {**env_options, **(store_options or {})}
         user = os.environ.get("JUPYTERHUB_USER", "") if user is None else user
         view = StoreView(user)
-        fs, root = open_target(url, storage_options)
+        fs, root = open_target(url, store_options)
         super().__init__(path=root, fs=fs, **kwargs)
         self.view = view
         self.url = url
@@ -161,8 +164,11 @@ class StudentStore(DirFileSystem):
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:
+        # "scalelab:///datasets/x" -> "datasets/x"; the bare "scalelab:///" stays "/" (the root),
+        # since fsspec's URL chaining would replace an empty path.
         if isinstance(path, str) and path.startswith(f"{PROTOCOL}://"):
-            return path[len(PROTOCOL) + 3 :]
+            rest = path[len(PROTOCOL) + 3 :]
+            return rest[1:] if rest.startswith("/") and len(rest) > 1 else rest
         return path
 
     # -- checks ------------------------------------------------------------------------------
@@ -444,5 +450,10 @@ def student_store(
 
 
 def register_protocol() -> None:
-    """Register ``scalelab://`` with fsspec (for jupyter-fs' drive); idempotent."""
+    """Register ``scalelab://`` with fsspec; idempotent. Done when this module is imported, so
+    in a kernel ``pd.read_csv("scalelab:///datasets/...")`` reads through the student's view,
+    and for jupyter-fs' drive."""
     fsspec.register_implementation(PROTOCOL, StudentStore, clobber=True)
+
+
+register_protocol()

@@ -245,6 +245,23 @@ def test_the_drive_protocol_reads_user_and_store_from_the_environment(
         fs.ls("home/alice")
 
 
+def test_libraries_read_scalelab_urls_through_the_students_view(
+    store_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    import pandas as pd
+
+    monkeypatch.setenv("SCALELAB_STORE_URL", store_root.as_uri())
+    monkeypatch.setenv("JUPYTERHUB_USER", "alice")
+    songs = pd.read_csv("scalelab:///datasets/songs/part-0.csv")
+    assert songs.to_dict("list") == {"year": [2001], "f1": [0.5]}
+    songs.to_parquet("scalelab:///home/alice/songs.parquet")
+    assert (store_root / "home/alice/songs.parquet").stat().st_size > 0
+    with pytest.raises(PermissionError):
+        pd.read_csv("scalelab:///ops/credentials")
+    other = {"user": "bob", "store_url": store_root.as_uri()}
+    assert pd.read_csv("scalelab:///home/bob/secret.txt", storage_options=other, header=None).shape
+
+
 # -- bad configuration: checked up front, readable at first use ----------------------------------
 
 

@@ -168,3 +168,23 @@ def test_the_drive_shows_in_jupyterlab(hub: ScaleLabUp):
             page.screenshot(path=str(DRIVE_SCREENSHOT))
         finally:
             browser.close()
+
+
+@pytest.mark.integration
+def test_a_store_that_cannot_be_reached_costs_the_drive_not_the_server(tmp_path: Path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    down = f"c.ScaleLabSpawner.store_url = 'hdfs://127.0.0.1:{closed}/course'\n"
+    with running(ScaleLabUp(tmp_path / "state", extra_config=down)) as hub:
+        hub.start_server("dave")
+        home = hub.server_api("dave", "GET", "/contents/")
+        assert home.status_code == 200
+        assert "lab1_millionsong_regression.ipynb" in {e["name"] for e in home.json()["content"]}
+        opened = _contents(hub, "dave", "home/dave")
+        assert opened.status_code >= 400, opened.text
+        assert "cannot be reached" in opened.text and "store_url" in opened.text, opened.text
+        assert "Traceback" not in opened.text
+        assert hub.server_api("dave", "GET", "/contents/").status_code == 200  # still serving
