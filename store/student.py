@@ -139,6 +139,9 @@ class StudentStore(DirFileSystem):
     """
 
     protocol = PROTOCOL
+    # Never from fsspec's instance cache: a "scalelab:///" URL opened for one user (read from
+    # JUPYTERHUB_USER) must not be handed to another user in the same process.
+    cachable = False
 
     def __init__(
         self,

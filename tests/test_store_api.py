@@ -258,6 +258,10 @@ def test_libraries_read_scalelab_urls_through_the_students_view(
     assert (store_root / "home/alice/songs.parquet").stat().st_size > 0
     with pytest.raises(PermissionError):
         pd.read_csv("scalelab:///ops/credentials")
+    monkeypatch.setenv("JUPYTERHUB_USER", "bob")  # same process, same URL: bob's own view
+    assert pd.read_csv("scalelab:///home/bob/secret.txt", header=None).shape == (1, 1)
+    with pytest.raises(PermissionError):
+        pd.read_parquet("scalelab:///home/alice/songs.parquet")
     other = {"user": "bob", "store_url": store_root.as_uri()}
     assert pd.read_csv("scalelab:///home/bob/secret.txt", storage_options=other, header=None).shape
 
