@@ -209,16 +209,32 @@ def choose_client(
     has_module: Callable[[str], bool] = lambda m: importlib.util.find_spec(m) is not None,
     exists: Callable[[str], bool] = os.path.exists,
 ) -> str:
-    """``"hdfs-native"`` when installed, else ``"pyarrow"`` when libhdfs is found.
+    """``"hdfs-native"`` when installed, else ``"pyarrow"`` when libhdfs and its JVM are found.
 
     Raises
     ------
     StoreConfigError
-        Neither: the message names both fixes (``pip install hdfs-native``, ``ARROW_LIBHDFS_DIR``).
+        Neither: the message names both fixes (``pip install hdfs-native``, ``ARROW_LIBHDFS_DIR``);
+        or libhdfs without what it needs to start a JVM (``JAVA_HOME``, Hadoop's jars on
+        ``CLASSPATH``): checked here because a JVM that fails inside libhdfs can take the
+        kernel with it.
     """
     if has_module("hdfs_native"):
         return "hdfs-native"
     if libhdfs_dir(environ, exists) is not None:
+        java_home = environ.get("JAVA_HOME", "")
+        if not java_home or not exists(java_home):
+            raise StoreConfigError(
+                "pyarrow's HDFS client (libhdfs) needs a JVM: set JAVA_HOME to a Java install "
+                f"(now {java_home or 'unset'}), or pip install hdfs-native, which needs none."
+            )
+        hadoop = os.path.join(environ.get("HADOOP_HOME", ""), "bin", "hadoop")
+        if not environ.get("CLASSPATH") and not (environ.get("HADOOP_HOME") and exists(hadoop)):
+            raise StoreConfigError(
+                "pyarrow's HDFS client (libhdfs) needs Hadoop's jars: export "
+                'CLASSPATH="$(hadoop classpath --glob)", or set HADOOP_HOME to a Hadoop with '
+                "bin/hadoop; or pip install hdfs-native, which needs neither."
+            )
         return "pyarrow"
     raise StoreConfigError(
         "no HDFS client for the hdfs:// store: install hdfs-native (pip install hdfs-native, no "

@@ -147,10 +147,21 @@ def test_client_choice_prefers_hdfs_native_then_libhdfs(tmp_path: Path):
     native_dir = tmp_path / "hadoop/lib/native"
     native_dir.mkdir(parents=True)
     (native_dir / "libhdfs.so").write_bytes(b"")
-    assert choose_client({"HADOOP_HOME": str(tmp_path / "hadoop")}, **without_native) == "pyarrow"
-    assert choose_client({"ARROW_LIBHDFS_DIR": str(native_dir)}, **without_native) == "pyarrow"
+    (tmp_path / "hadoop/bin").mkdir()
+    (tmp_path / "hadoop/bin/hadoop").write_text("#!/bin/sh\n")
+    java = {"JAVA_HOME": str(tmp_path)}
+    hadoop_home = {"HADOOP_HOME": str(tmp_path / "hadoop"), **java}
+    assert choose_client(hadoop_home, **without_native) == "pyarrow"
+    libhdfs_only = {"ARROW_LIBHDFS_DIR": str(native_dir), **java, "CLASSPATH": "/opt/h/*.jar"}
+    assert choose_client(libhdfs_only, **without_native) == "pyarrow"
     with pytest.raises(StoreConfigError, match=r"pip install hdfs-native.*ARROW_LIBHDFS_DIR"):
         choose_client({}, **without_native)
+    no_java = {"HADOOP_HOME": str(tmp_path / "hadoop"), "JAVA_HOME": str(tmp_path / "no-jdk")}
+    with pytest.raises(StoreConfigError, match="set JAVA_HOME"):
+        choose_client(no_java, **without_native)
+    no_jars = {"ARROW_LIBHDFS_DIR": str(native_dir), **java}
+    with pytest.raises(StoreConfigError, match=r"CLASSPATH=.*hadoop classpath --glob"):
+        choose_client(no_jars, **without_native)
 
 
 def _closed_port() -> int:
