@@ -247,7 +247,9 @@ class StudentStore(DirFileSystem):
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
         if not self.local:
             self.check(path, write=True)
-            return self._call(lambda: DirFileSystem.pipe_file(self, path, value, **kwargs))
+            return self._call(
+                lambda: DirFileSystem.pipe_file(self, path, value, mode=mode, **kwargs)
+            )
         with self.open(path, "xb" if mode == "create" else "wb") as f:
             f.write(value)
         return None
@@ -262,7 +264,7 @@ class StudentStore(DirFileSystem):
             return f.write(value)
 
     def _open_atomic(self, path: str, mode: str, **kwargs: Any) -> _StoreFile:
-        target = self._join(self.view.check(path, write=True))
+        target = self._join(self.view.check(self._strip_protocol(path), write=True))
         if "x" in mode and self.fs.exists(target):
             raise FileExistsError(f"{path!r} already exists in the course store")
         folder, name = os.path.split(target)

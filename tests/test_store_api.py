@@ -203,6 +203,9 @@ def test_an_existing_file_survives_a_write_that_fails(alice: StudentStore, store
     assert target.read_text() == "the new version"
     with pytest.raises(FileExistsError):
         alice.pipe_file("home/alice/model.txt", b"x", mode="create")
+    with alice.open("scalelab:///home/alice/model.txt", "wb") as f:  # the URL form too
+        f.write(b"v3")
+    assert target.read_bytes() == b"v3"
 
 
 def test_store_disappearing_mid_write_is_a_clear_error_and_leaves_nothing(
