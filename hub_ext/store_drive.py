@@ -4,7 +4,8 @@ ScaleLab's server extension (:mod:`scalelab.hub_ext.serverext`) calls :func:`lin
 single-user server builds its contents manager, and :func:`load` once it runs:
 
 - the contents manager becomes jupyter-fs' ``MetaManager``: the home folder stays the file
-  browser's root, and the store is one more drive, ``<hash>:path`` in the contents REST API;
+  browser's root (served by the contents manager ops configured, if synchronous), and the
+  store is one more drive, ``<hash>:path`` in the contents REST API;
 - the drive is the student's view of the store (URL ``scalelab:///``, see
   :class:`scalelab.store.StudentStore`): ``home/<user>`` read-write, ``datasets/`` read-only,
   ``..``, absolute paths and symlinks leaving them refused;
@@ -94,10 +95,25 @@ def link(serverapp: Any, environ: Mapping[str, str] | None = None) -> None:
     env = os.environ if environ is None else environ
     if not wanted(serverapp, env):
         return
+    from jupyter_server.services.contents.manager import AsyncContentsManager
     from jupyterfs.metamanager import MetaManager
 
+    config = Config(drive_config(StoreDrive(parent=serverapp).name))
+    if "contents_manager_class" in serverapp.config.get("ServerApp", {}):
+        # Ops chose a contents manager: it stays the home's, under jupyter-fs. jupyter-fs calls
+        # its root manager synchronously, so an asynchronous one cannot go under it.
+        chosen = serverapp.contents_manager_class
+        if issubclass(chosen, AsyncContentsManager):
+            serverapp.log.warning(
+                "ScaleLab: no course store drive: ServerApp.contents_manager_class = %s is "
+                "asynchronous, and jupyter-fs can only serve the home through a synchronous one "
+                "(e.g. LargeFileManager); the home is served as configured.",
+                chosen.__name__,
+            )
+            return
+        config.JupyterFs.root_manager_class = chosen
     register_protocol()
-    serverapp.update_config(Config(drive_config(StoreDrive(parent=serverapp).name)))
+    serverapp.update_config(config)
     serverapp.contents_manager_class = MetaManager
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -16,10 +18,16 @@ import requests
 from playwright.sync_api import expect, sync_playwright
 from traitlets.config import Config
 
-from scalelab.hub_ext.store_drive import DRIVE_URL, StoreDrive, drive_config, drive_id
+from scalelab.hub_ext.store_drive import DRIVE_URL, StoreDrive, drive_config, drive_id, link
 from tests.conftest import REPO
 from tests.hubproc import ScaleLabUp, running
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
+
+with warnings.catch_warnings():
+    # jupyter-fs 1.2.1's config module passes traitlets metadata the pre-4.1 way (upstream):
+    # a DeprecationWarning at its first import, which pytest's "error" filter would raise.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import jupyterfs.metamanager  # noqa: F401
 
 
 def test_drive_settings_allow_no_user_defined_drives():
@@ -188,3 +196,59 @@ def test_a_store_that_cannot_be_reached_costs_the_drive_not_the_server(tmp_path:
         assert "cannot be reached" in opened.text and "store_url" in opened.text, opened.text
         assert "Traceback" not in opened.text
         assert hub.server_api("dave", "GET", "/contents/").status_code == 200  # still serving
+
+
+def _server(config: Config | None = None) -> Any:
+    from jupyter_server.serverapp import ServerApp
+
+    return ServerApp(config=config or Config())
+
+
+STORE_ENV = {"SCALELAB_STORE_URL": "file:///srv/course"}
+
+
+def test_link_puts_the_drive_under_jupyter_fs():
+    from jupyterfs.metamanager import MetaManager
+
+    app = _server()
+    link(app, STORE_ENV)
+    assert app.contents_manager_class is MetaManager
+    assert app.config.JupyterFs.resources[0]["url"] == DRIVE_URL
+    assert app.config.JupyterFs.allow_user_resources is False
+
+
+def test_link_keeps_ops_synchronous_contents_manager_for_the_home():
+    from jupyter_server.services.contents.largefilemanager import LargeFileManager
+    from jupyterfs.metamanager import MetaManager
+
+    class OpsManager(LargeFileManager):
+        pass
+
+    c = Config()
+    c.ServerApp.contents_manager_class = OpsManager
+    app = _server(c)
+    link(app, STORE_ENV)
+    assert app.contents_manager_class is MetaManager
+    assert app.config.JupyterFs.root_manager_class is OpsManager
+
+
+@pytest.mark.parametrize("case", ["async ops manager", "drive off", "no store"])
+def test_link_leaves_the_server_as_it_was(case: str):
+    from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
+
+    class OpsManager(AsyncLargeFileManager):
+        pass
+
+    c = Config()
+    env = dict(STORE_ENV)
+    if case == "async ops manager":
+        c.ServerApp.contents_manager_class = OpsManager
+    elif case == "drive off":
+        c.StoreDrive.enabled = False
+    else:
+        env = {}
+    app = _server(c)
+    before = app.contents_manager_class
+    link(app, env)
+    assert app.contents_manager_class is before
+    assert "JupyterFs" not in app.config
