@@ -109,6 +109,15 @@ def test_writes_go_to_the_home_only(hub: ScaleLabUp):
     assert not (store / "home/bob/planted.txt").exists()
     assert _contents(hub, "alice", "datasets/songs", "DELETE").status_code >= 400
     assert (store / "datasets/songs/part-0.csv").exists()
+    for target in ("home/bob/moved.txt", "datasets/songs/moved.txt", "ops/moved.txt"):
+        body = {"path": f"{drive_id()}:{target}"}
+        moved = _contents(hub, "alice", "home/alice/result.txt", "PATCH", json=body)
+        assert moved.status_code >= 400, (target, moved.text)
+        assert not (store / target).exists()
+    stolen = {"path": f"{drive_id()}:home/alice/secret.txt"}
+    moved = _contents(hub, "alice", "home/bob/secret.txt", "PATCH", json=stolen)
+    assert moved.status_code >= 400 and (store / "home/bob/secret.txt").exists()
+    assert (store / "home/alice/result.txt").read_text() == "rmse 10.3\n"
 
 
 @pytest.mark.integration
