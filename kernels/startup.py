@@ -1,9 +1,10 @@
 """What a ScaleLab kernel does when it starts: names ready in the notebook, and a one-line banner.
 
-Every kernel gets ``store`` (an fsspec file system rooted at the course store, see
-:func:`scalelab.store.open_store`) and ``STORE_URL``; the PySpark kernel also gets ``spark`` (a
-``SparkSession``) and ``sc``. A broken setting never kills the kernel: the kernel starts, the
-name is left out, and the banner says what failed and which setting to fix.
+Every kernel gets ``store`` (an fsspec file system of the course store: the student's home and
+the data sets under JupyterHub, see :func:`scalelab.store.session.kernel_store`) and
+``STORE_URL``; the PySpark kernel also gets ``spark`` (a ``SparkSession``) and ``sc``. A broken
+setting never kills the kernel: the kernel starts, the banner says what failed and which setting
+to fix, and a broken store's ``store`` raises that message at first use (Spark: name left out).
 """
 
 from __future__ import annotations
