@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scalelab.hub_ext import store_drive
 from scalelab.hub_ext.labs import distribute_labs
 
 
@@ -16,7 +17,12 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "scalelab.hub_ext.serverext"}]
 
 
+def _link_jupyter_server_extension(serverapp: Any) -> None:
+    store_drive.link(serverapp)  # before the contents manager is built: the store drive
+
+
 def _load_jupyter_server_extension(serverapp: Any) -> None:
+    store_drive.load(serverapp)
     try:
         copied = distribute_labs(serverapp.root_dir)
     except OSError as exc:

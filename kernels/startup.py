@@ -1,9 +1,10 @@
 """What a ScaleLab kernel does when it starts: names ready in the notebook, and a one-line banner.
 
-Every kernel gets ``store`` (an fsspec file system rooted at the course store, see
-:func:`scalelab.store.open_store`) and ``STORE_URL``; the PySpark kernel also gets ``spark`` (a
-``SparkSession``) and ``sc``. A broken setting never kills the kernel: the kernel starts, the
-name is left out, and the banner says what failed and which setting to fix.
+Every kernel gets ``store`` (an fsspec file system of the course store: the student's home and
+the data sets under JupyterHub, see :func:`scalelab.store.session.kernel_store`) and
+``STORE_URL``; the PySpark kernel also gets ``spark`` (a ``SparkSession``) and ``sc``. A broken
+setting never kills the kernel: the kernel starts, the banner says what failed and which setting
+to fix, and a broken store's ``store`` raises that message at first use (Spark: name left out).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from scalelab import envvars
-from scalelab.store import StoreError, open_store, store_settings
+from scalelab.store.session import kernel_store
 
 #: Spark master when the hub set none: all cores of this machine.
 DEFAULT_SPARK_MASTER = "local[*]"
@@ -129,13 +130,7 @@ def start(flavour: str, namespace: MutableMapping[str, Any]) -> None:
     Prints one banner line per item; never raises, so a bad setting cannot kill the kernel.
     """
     lines = [f"ScaleLab {flavour} kernel: {gpu_banner()}"]
-    try:
-        url, _ = store_settings()
-        namespace["store"] = open_store()
-        namespace["STORE_URL"] = url
-        lines.append(f"course store: {url} (as `store`, an fsspec file system)")
-    except StoreError as exc:
-        lines.append(f"course store unavailable: {exc}")
+    lines.append(kernel_store(namespace))
     if flavour == "pyspark":
         try:
             spark = start_spark()

@@ -3,6 +3,9 @@
 Public API (``scalelab.store``):
 
 - :func:`open_store` -- an fsspec file system rooted at the course store;
+- :func:`student_store` -- a student's part of it: ``home/<user>`` read-write, ``datasets/``
+  read-only (also the JupyterLab drive, protocol ``scalelab://``);
+- :func:`check_store` -- the cheap up-front check a kernel runs at start;
 - :func:`store_url` -- the full URL of a path in the store, for Spark or ``fsspec.open``;
 - :data:`DATASETS` and :func:`fetch_dataset` -- the course data sets, and how they get into
   the store.
@@ -13,7 +16,15 @@ The store is configured once, by ops, as ``ScaleLabSpawner.store_url`` and
 """
 
 from scalelab.store.catalog import DATASETS, DatasetSpec, FileSpec
-from scalelab.store.errors import ChecksumError, DataSourceError, StoreConfigError, StoreError
+from scalelab.store.check import check_store
+from scalelab.store.errors import (
+    ChecksumError,
+    DataSourceError,
+    StoreAccessError,
+    StoreConfigError,
+    StoreError,
+    StoreUnavailableError,
+)
 from scalelab.store.fetch import fetch_dataset, missing_datasets
 from scalelab.store.fs import (
     ENV_STORE_OPTIONS,
@@ -22,6 +33,7 @@ from scalelab.store.fs import (
     store_settings,
     store_url,
 )
+from scalelab.store.student import StudentStore, student_store
 
 __all__ = [
     "DATASETS",
@@ -31,11 +43,16 @@ __all__ = [
     "DataSourceError",
     "DatasetSpec",
     "FileSpec",
+    "StoreAccessError",
     "StoreConfigError",
     "StoreError",
+    "StoreUnavailableError",
+    "StudentStore",
+    "check_store",
     "fetch_dataset",
     "missing_datasets",
     "open_store",
     "store_settings",
     "store_url",
+    "student_store",
 ]

@@ -4,6 +4,8 @@ Class tree::
 
     StoreError (Exception)
     ├── StoreConfigError (also ValueError)  -- the store URL or storage_options are wrong
+    ├── StoreUnavailableError (also ConnectionError) -- the store cannot be reached (now)
+    ├── StoreAccessError (also PermissionError)     -- a path outside the student's part of it
     ├── DataSourceError                     -- no source could deliver a data set file
     └── ChecksumError                       -- a file's bytes do not match its known SHA-256
 
@@ -17,6 +19,14 @@ class StoreError(Exception):
 
 class StoreConfigError(StoreError, ValueError):
     """The store URL or its ``storage_options`` cannot be used."""
+
+
+class StoreUnavailableError(StoreError, ConnectionError):
+    """The store is configured but cannot be reached: namenode or endpoint down, root gone."""
+
+
+class StoreAccessError(StoreError, PermissionError):
+    """A path outside the student's home and the read-only data sets, or a write to the latter."""
 
 
 class DataSourceError(StoreError):

@@ -88,19 +88,46 @@ def open_store(
     if url is None:
         url, env_options = store_settings()
         storage_options = {**env_options, **(storage_options or {})}
+    fs, root = open_target(url, storage_options)
+    return DirFileSystem(path=root, fs=fs, skip_instance_cache=True)
+
+
+def open_target(
+    url: str, storage_options: Mapping[str, Any] | None = None
+) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The file system of ``url`` and the store root's path in it (for :func:`open_store`).
+
+    Every call makes a new file system instance (``skip_instance_cache``), so one user's
+    credentials in ``storage_options`` are never handed to a later caller with other options.
+    ``hdfs://`` goes through :mod:`scalelab.store.hdfs` (hdfs-native, else pyarrow's libhdfs).
+
+    Raises
+    ------
+    StoreConfigError
+        Unknown protocol, its package missing, or options the file system rejects.
+    """
     options = dict(storage_options or {})
-    if fsspec.core.split_protocol(url)[0] in (None, "file", "local"):
+    protocol = fsspec.core.split_protocol(url)[0]
+    if protocol in (None, "file", "local"):
         options.setdefault("auto_mkdir", True)  # like object stores: writing creates the folders
+    options["skip_instance_cache"] = True
     try:
-        fs, root = fsspec.core.url_to_fs(url, **options)
+        if protocol == "hdfs":
+            from scalelab.store.hdfs import open_hdfs
+
+            fs, root = open_hdfs(url, options)
+        else:
+            fs, root = fsspec.core.url_to_fs(url, **options)
     except (ValueError, ImportError, TypeError) as exc:
+        if isinstance(exc, StoreConfigError):
+            raise
         raise StoreConfigError(
             f"cannot open the course store {url!r}: {exc}. Check the store URL "
             "(c.ScaleLabSpawner.store_url) and its storage_options."
         ) from None
     if _is_local(fs):
         fs.makedirs(root, exist_ok=True)
-    return DirFileSystem(path=root, fs=fs)
+    return fs, root
 
 
 def store_url(path: str = "", url: str | None = None) -> str:

@@ -61,12 +61,12 @@ async def test_up_serves_a_student_server_with_three_kernels_and_spark_then_stop
         hub,
         "alice",
         kernel["id"],
-        "store.pipe_file('probe.txt', b'written by PySpark'); print(STORE_URL)",
+        "store.pipe_file('home/alice/probe.txt', b'written by PySpark'); print(STORE_URL)",
     )
     assert out["stdout"].strip() == (hub.state_dir / "store").as_uri()
     read_probe = (
         "import fsspec\n"
-        "with fsspec.open(STORE_URL + '/probe.txt') as f:\n"
+        "with fsspec.open(STORE_URL + '/home/alice/probe.txt') as f:\n"
         "    print(f.read().decode())"
     )
     for name in ("scalelab-tensorflow", "scalelab-pytorch"):

@@ -1,0 +1,285 @@
+"""HDFS stores: Hadoop configuration, HA nameservices, Kerberos, and which client to use.
+
+Resolution is pure (functions of the configuration and the environment they are given); only
+:func:`read_hadoop_conf` reads files and :func:`open_hdfs` opens a client. Clients, in order:
+
+1. hdfs-native (``pip install hdfs-native``): JVM-free, registers fsspec's ``hdfs`` protocol and
+   reads ``HADOOP_CONF_DIR`` and the Kerberos ticket cache itself;
+2. pyarrow's ``HadoopFileSystem`` (fsspec ``arrow_hdfs``), which needs libhdfs and a JVM
+   (``ARROW_LIBHDFS_DIR`` or ``HADOOP_HOME``, and ``CLASSPATH``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from scalelab.store.errors import StoreConfigError
+
+#: Port of a namenode's RPC service when neither the URL nor the configuration gives one.
+DEFAULT_NAMENODE_PORT = 8020
+#: The Hadoop configuration files read from ``HADOOP_CONF_DIR``, later ones winning.
+CONF_FILES = ("core-site.xml", "hdfs-site.xml")
+#: hdfs-native's failover attempts when ops set none: one round, so a down namenode fails in
+#: seconds (hdfs-native otherwise retries for minutes).
+FAILOVER_ATTEMPTS = "1"
+
+
+@dataclass(frozen=True)
+class HdfsTarget:
+    """Where an ``hdfs://`` URL points.
+
+    Attributes
+    ----------
+    namenodes
+        ``(host, port)`` of each namenode to try, in configuration order (two or more for HA).
+    nameservice
+        The HA nameservice the URL names, or None for a plain ``host:port``.
+    path
+        The path in HDFS, starting with ``/``.
+    """
+
+    namenodes: tuple[tuple[str, int], ...]
+    nameservice: str | None
+    path: str
+
+
+def read_hadoop_conf(conf_dir: str | os.PathLike[str] | None) -> dict[str, str]:
+    """The properties of ``core-site.xml`` and ``hdfs-site.xml`` in ``conf_dir``.
+
+    Parameters
+    ----------
+    conf_dir
+        ``HADOOP_CONF_DIR``; None or a folder without the files gives ``{}``.
+
+    Raises
+    ------
+    StoreConfigError
+        A file is not well-formed XML (the message names the file).
+    """
+    conf: dict[str, str] = {}
+    if not conf_dir:
+        return conf
+    for name in CONF_FILES:
+        path = Path(conf_dir) / name
+        if not path.is_file():
+            continue
+        try:
+            root = ET.parse(path).getroot()
+        except ET.ParseError as exc:
+            raise StoreConfigError(
+                f"{path} is not valid XML ({exc}); fix it or point HADOOP_CONF_DIR elsewhere."
+            ) from None
+        for prop in root.iter("property"):
+            key = (prop.findtext("name") or "").strip()
+            if key:
+                conf[key] = (prop.findtext("value") or "").strip()
+    return conf
+
+
+def _host_port(address: str, setting: str) -> tuple[str, int]:
+    host, _, port = address.strip().rpartition(":")
+    if not host:
+        return address.strip(), DEFAULT_NAMENODE_PORT
+    try:
+        return host, int(port)
+    except ValueError:
+        raise StoreConfigError(
+            f"{setting} = {address!r} is not host:port; fix it in HADOOP_CONF_DIR/hdfs-site.xml."
+        ) from None
+
+
+def resolve_hdfs(url: str, conf: Mapping[str, str]) -> HdfsTarget:
+    """Resolve an ``hdfs://`` store URL against the Hadoop configuration (pure).
+
+    ``hdfs://host:port/path`` names one namenode; ``hdfs://ns/path``, where ``ns`` is in
+    ``dfs.nameservices``, the namenodes of ``dfs.ha.namenodes.ns`` (each
+    ``dfs.namenode.rpc-address.ns.<id>``); ``hdfs:///path`` the file system ``fs.defaultFS``.
+
+    Raises
+    ------
+    StoreConfigError
+        Not an ``hdfs://`` URL; no namenode in it nor ``fs.defaultFS``; an HA nameservice
+        whose namenodes or addresses are missing (the property is named).
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "hdfs":
+        raise StoreConfigError(f"{url!r} is not an hdfs:// URL (c.ScaleLabSpawner.store_url).")
+    path = parts.path or "/"
+    if not parts.netloc:
+        default = conf.get("fs.defaultFS", "")
+        if not default.startswith("hdfs://") or not urlsplit(default).netloc:
+            raise StoreConfigError(
+                f"the store URL {url!r} names no namenode and HADOOP_CONF_DIR's core-site.xml "
+                "sets no hdfs:// fs.defaultFS: write the namenode into "
+                "c.ScaleLabSpawner.store_url (hdfs://namenode:8020/course) or set "
+                "HADOOP_CONF_DIR."
+            )
+        return resolve_hdfs(f"hdfs://{urlsplit(default).netloc}{path}", conf)
+    host = parts.hostname or ""
+    nameservices = [n.strip() for n in conf.get("dfs.nameservices", "").split(",") if n.strip()]
+    if parts.port is None and host in nameservices:
+        ids_key = f"dfs.ha.namenodes.{host}"
+        ids = [i.strip() for i in conf.get(ids_key, "").split(",") if i.strip()]
+        if not ids:
+            single = f"dfs.namenode.rpc-address.{host}"
+            if single in conf:
+                return HdfsTarget((_host_port(conf[single], single),), host, path)
+            raise StoreConfigError(
+                f"nameservice {host!r} (dfs.nameservices) has no namenodes: set {ids_key} in "
+                "HADOOP_CONF_DIR/hdfs-site.xml."
+            )
+        namenodes = []
+        for nn in ids:
+            key = f"dfs.namenode.rpc-address.{host}.{nn}"
+            if key not in conf:
+                raise StoreConfigError(
+                    f"namenode {nn!r} of nameservice {host!r} has no address: set {key} in "
+                    "HADOOP_CONF_DIR/hdfs-site.xml."
+                )
+            namenodes.append(_host_port(conf[key], key))
+        return HdfsTarget(tuple(namenodes), host, path)
+    return HdfsTarget(((host, parts.port or DEFAULT_NAMENODE_PORT),), None, path)
+
+
+def kerberos_required(conf: Mapping[str, str]) -> bool:
+    """Whether the cluster uses Kerberos (``hadoop.security.authentication = kerberos``)."""
+    return conf.get("hadoop.security.authentication", "simple").strip().lower() == "kerberos"
+
+
+def ticket_cache(environ: Mapping[str, str], uid: int) -> str | None:
+    """The file of the Kerberos ticket cache, or None where it is not a file (KEYRING:, KCM:).
+
+    ``KRB5CCNAME`` as ``FILE:/path`` or ``/path``; unset: ``/tmp/krb5cc_<uid>`` (MIT default).
+    """
+    name = environ.get("KRB5CCNAME", "").strip()
+    if not name:
+        return f"/tmp/krb5cc_{uid}"
+    if name.startswith("FILE:"):
+        return name[len("FILE:") :]
+    if ":" in name.split("/", 1)[0]:
+        return None  # a cache type we cannot look into (KEYRING:, KCM:, DIR:, MEMORY:)
+    return name
+
+
+def check_kerberos(
+    conf: Mapping[str, str],
+    environ: Mapping[str, str],
+    uid: int,
+    exists: Callable[[str], bool] = os.path.exists,
+) -> None:
+    """Refuse a Kerberos cluster without a ticket cache, naming ``kinit`` and ``KRB5CCNAME``.
+
+    Raises
+    ------
+    StoreConfigError
+        Kerberos is required and the ticket cache file does not exist.
+    """
+    if not kerberos_required(conf):
+        return
+    cache = ticket_cache(environ, uid)
+    if cache is not None and not exists(cache):
+        raise StoreConfigError(
+            "the HDFS store needs a Kerberos ticket (hadoop.security.authentication = kerberos "
+            f"in HADOOP_CONF_DIR) and there is none at {cache}: run kinit in a terminal, or set "
+            "KRB5CCNAME to your ticket cache (c.Spawner.environment on the hub)."
+        )
+
+
+def libhdfs_dir(environ: Mapping[str, str], exists: Callable[[str], bool] = os.path.exists):
+    """The folder holding ``libhdfs.so`` for pyarrow, or None (``ARROW_LIBHDFS_DIR``, then
+    ``HADOOP_HOME/lib/native``)."""
+    candidates = [environ.get("ARROW_LIBHDFS_DIR", "")]
+    if environ.get("HADOOP_HOME"):
+        candidates.append(os.path.join(environ["HADOOP_HOME"], "lib", "native"))
+    for folder in candidates:
+        if folder and exists(os.path.join(folder, "libhdfs.so")):
+            return folder
+    return None
+
+
+def choose_client(
+    environ: Mapping[str, str],
+    has_module: Callable[[str], bool] = lambda m: importlib.util.find_spec(m) is not None,
+    exists: Callable[[str], bool] = os.path.exists,
+) -> str:
+    """``"hdfs-native"`` when installed, else ``"pyarrow"`` when libhdfs and its JVM are found.
+
+    Raises
+    ------
+    StoreConfigError
+        Neither: the message names both fixes (``pip install hdfs-native``, ``ARROW_LIBHDFS_DIR``);
+        or libhdfs without what it needs to start a JVM (``JAVA_HOME``, Hadoop's jars on
+        ``CLASSPATH``): checked here because a JVM that fails inside libhdfs can take the
+        kernel with it.
+    """
+    if has_module("hdfs_native"):
+        return "hdfs-native"
+    if libhdfs_dir(environ, exists) is not None:
+        java_home = environ.get("JAVA_HOME", "")
+        if not java_home or not exists(java_home):
+            raise StoreConfigError(
+                "pyarrow's HDFS client (libhdfs) needs a JVM: set JAVA_HOME to a Java install "
+                f"(now {java_home or 'unset'}), or pip install hdfs-native, which needs none."
+            )
+        hadoop = os.path.join(environ.get("HADOOP_HOME", ""), "bin", "hadoop")
+        if not environ.get("CLASSPATH") and not (environ.get("HADOOP_HOME") and exists(hadoop)):
+            raise StoreConfigError(
+                "pyarrow's HDFS client (libhdfs) needs Hadoop's jars: export "
+                'CLASSPATH="$(hadoop classpath --glob)", or set HADOOP_HOME to a Hadoop with '
+                "bin/hadoop; or pip install hdfs-native, which needs neither."
+            )
+        return "pyarrow"
+    raise StoreConfigError(
+        "no HDFS client for the hdfs:// store: install hdfs-native (pip install hdfs-native, no "
+        "Java needed), or point ARROW_LIBHDFS_DIR (or HADOOP_HOME) at a Hadoop with "
+        "lib/native/libhdfs.so for pyarrow."
+    )
+
+
+def open_hdfs(
+    url: str, storage_options: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> tuple[Any, str]:
+    """Open an ``hdfs://`` store: ``(fsspec file system, root path)``.
+
+    ``storage_options`` are Hadoop properties for hdfs-native (e.g.
+    ``{"dfs.client.failover.max.attempts": "3"}``), or keyword arguments of pyarrow's
+    ``HadoopFileSystem`` (``user``, ``kerb_ticket``, ``extra_conf``) in the fallback.
+
+    Raises
+    ------
+    StoreConfigError
+        Bad Hadoop configuration, no ticket where Kerberos is required, or no client.
+    """
+    import fsspec
+
+    env = os.environ if environ is None else environ
+    conf = read_hadoop_conf(env.get("HADOOP_CONF_DIR"))
+    target = resolve_hdfs(url, conf)
+    check_kerberos(conf, env, os.getuid())
+    options = dict(storage_options)
+    skip = options.pop("skip_instance_cache", True)
+    if choose_client(env) == "hdfs-native":
+        config = {str(k): str(v) for k, v in options.items()}
+        config.setdefault("dfs.client.failover.max.attempts", FAILOVER_ATTEMPTS)
+        netloc = urlsplit(url).netloc or urlsplit(conf.get("fs.defaultFS", "")).netloc
+        fs = fsspec.filesystem("hdfs", skip_instance_cache=skip, **_native_host(netloc), **config)
+        return fs, target.path
+    host = target.nameservice or target.namenodes[0][0]
+    port = 0 if target.nameservice else target.namenodes[0][1]
+    cache = ticket_cache(env, os.getuid()) if kerberos_required(conf) else None
+    if cache:
+        options.setdefault("kerb_ticket", cache)
+    fs = fsspec.filesystem("arrow_hdfs", host=host, port=port, skip_instance_cache=skip, **options)
+    return fs, target.path
+
+
+def _native_host(netloc: str) -> dict[str, Any]:
+    host, _, port = netloc.rpartition(":") if ":" in netloc else (netloc, "", "")
+    return {"host": host, "port": int(port)} if port else {"host": netloc}

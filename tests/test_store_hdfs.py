@@ -1,0 +1,232 @@
+"""HDFS stores: Hadoop configuration (written by the test as a cluster would have it), HA
+nameservices, Kerberos, the client choice; and a real cluster when SCALELAB_TEST_NAMENODE names one.
+
+No namenode can run on these machines, so the cluster test is skipped here, saying so; the
+hdfs-native client is real in every other test (against a closed port).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from pathlib import Path
+
+import pytest
+
+from scalelab.store import StoreConfigError, StoreUnavailableError, check_store, student_store
+from scalelab.store.hdfs import (
+    HdfsTarget,
+    check_kerberos,
+    choose_client,
+    kerberos_required,
+    read_hadoop_conf,
+    resolve_hdfs,
+    ticket_cache,
+)
+
+CORE_SITE = """<?xml version="1.0" encoding="UTF-8"?>
+<?xml-stylesheet type="text/xsl" href="configuration.xsl"?>
+<configuration>
+  <property>
+    <name>fs.defaultFS</name>
+    <value>hdfs://course-ns</value>
+  </property>
+  <property>
+    <name>hadoop.security.authentication</name>
+    <value>kerberos</value>
+    <description>Secure cluster</description>
+  </property>
+</configuration>
+"""
+
+HDFS_SITE = """<?xml version="1.0"?>
+<configuration>
+  <property><name>dfs.nameservices</name><value>course-ns,archive</value></property>
+  <property><name>dfs.ha.namenodes.course-ns</name><value>nn1, nn2</value></property>
+  <property>
+    <name>dfs.namenode.rpc-address.course-ns.nn1</name>
+    <value>master1.cluster.example:8020</value>
+  </property>
+  <property>
+    <name>dfs.namenode.rpc-address.course-ns.nn2</name>
+    <value>master2.cluster.example:8020</value>
+  </property>
+  <property><name>dfs.namenode.rpc-address.archive</name><value>arch.example:9000</value></property>
+  <property>
+    <name>dfs.client.failover.proxy.provider.course-ns</name>
+    <value>org.apache.hadoop.hdfs.server.namenode.ha.ConfiguredFailoverProxyProvider</value>
+  </property>
+</configuration>
+"""
+
+
+@pytest.fixture
+def conf_dir(tmp_path: Path) -> Path:
+    """A HADOOP_CONF_DIR of an HA, Kerberos cluster."""
+    folder = tmp_path / "hadoop-conf"
+    folder.mkdir()
+    (folder / "core-site.xml").write_text(CORE_SITE)
+    (folder / "hdfs-site.xml").write_text(HDFS_SITE)
+    return folder
+
+
+def test_conf_files_are_read_with_hdfs_site_over_core_site(conf_dir: Path):
+    conf = read_hadoop_conf(conf_dir)
+    assert conf["fs.defaultFS"] == "hdfs://course-ns"
+    assert conf["dfs.ha.namenodes.course-ns"] == "nn1, nn2"
+    assert read_hadoop_conf(None) == {} and read_hadoop_conf(conf_dir / "missing") == {}
+
+
+def test_broken_xml_names_the_file(conf_dir: Path):
+    (conf_dir / "hdfs-site.xml").write_text("<configuration><property>")
+    with pytest.raises(StoreConfigError, match=r"hdfs-site.xml is not valid XML.*HADOOP_CONF_DIR"):
+        read_hadoop_conf(conf_dir)
+
+
+def test_ha_nameservice_resolves_to_its_namenodes(conf_dir: Path):
+    conf = read_hadoop_conf(conf_dir)
+    target = resolve_hdfs("hdfs://course-ns/course", conf)
+    assert target == HdfsTarget(
+        (("master1.cluster.example", 8020), ("master2.cluster.example", 8020)),
+        "course-ns",
+        "/course",
+    )
+    assert resolve_hdfs("hdfs:///course", conf) == target  # through fs.defaultFS
+    assert resolve_hdfs("hdfs://archive/x", conf).namenodes == (("arch.example", 9000),)
+    assert resolve_hdfs("hdfs://nn.example/c", conf).namenodes == (("nn.example", 8020),)
+    assert resolve_hdfs("hdfs://nn.example:9820/c", {}).namenodes == (("nn.example", 9820),)
+
+
+@pytest.mark.parametrize(
+    ("url", "conf", "message"),
+    [
+        ("hdfs:///course", {}, "names no namenode"),
+        ("s3://bucket/course", {}, "not an hdfs:// URL"),
+        ("hdfs://ns/c", {"dfs.nameservices": "ns"}, "set dfs.ha.namenodes.ns"),
+        (
+            "hdfs://ns/c",
+            {"dfs.nameservices": "ns", "dfs.ha.namenodes.ns": "a,b"},
+            "set dfs.namenode.rpc-address.ns.a",
+        ),
+        (
+            "hdfs://ns/c",
+            {"dfs.nameservices": "ns", "dfs.namenode.rpc-address.ns": "host:port"},
+            "is not host:port",
+        ),
+    ],
+)
+def test_unresolvable_urls_name_the_setting(url: str, conf: dict, message: str):
+    with pytest.raises(StoreConfigError, match=message):
+        resolve_hdfs(url, conf)
+
+
+def test_kerberos_ticket_cache_location():
+    assert ticket_cache({}, 1000) == "/tmp/krb5cc_1000"
+    assert ticket_cache({"KRB5CCNAME": "FILE:/run/user/1000/krb5cc"}, 1000) == (
+        "/run/user/1000/krb5cc"
+    )
+    assert ticket_cache({"KRB5CCNAME": "/tmp/mine"}, 1000) == "/tmp/mine"
+    assert ticket_cache({"KRB5CCNAME": "KEYRING:persistent:1000"}, 1000) is None
+
+
+def test_missing_kerberos_ticket_names_kinit_and_krb5ccname(conf_dir: Path, tmp_path: Path):
+    conf = read_hadoop_conf(conf_dir)
+    assert kerberos_required(conf) and not kerberos_required({})
+    env = {"KRB5CCNAME": f"FILE:{tmp_path / 'krb5cc_none'}"}
+    with pytest.raises(StoreConfigError, match=r"Kerberos ticket.*run kinit.*KRB5CCNAME"):
+        check_kerberos(conf, env, os.getuid())
+    (tmp_path / "krb5cc_none").write_bytes(b"\x05\x04")  # a ticket cache file now exists
+    check_kerberos(conf, env, os.getuid())
+    check_kerberos({}, {}, os.getuid())  # no Kerberos: no ticket needed
+
+
+def test_client_choice_prefers_hdfs_native_then_libhdfs(tmp_path: Path):
+    assert choose_client({}) == "hdfs-native"  # installed with ScaleLab
+    without_native = {"has_module": lambda name: name != "hdfs_native"}
+    native_dir = tmp_path / "hadoop/lib/native"
+    native_dir.mkdir(parents=True)
+    (native_dir / "libhdfs.so").write_bytes(b"")
+    (tmp_path / "hadoop/bin").mkdir()
+    (tmp_path / "hadoop/bin/hadoop").write_text("#!/bin/sh\n")
+    java = {"JAVA_HOME": str(tmp_path)}
+    hadoop_home = {"HADOOP_HOME": str(tmp_path / "hadoop"), **java}
+    assert choose_client(hadoop_home, **without_native) == "pyarrow"
+    libhdfs_only = {"ARROW_LIBHDFS_DIR": str(native_dir), **java, "CLASSPATH": "/opt/h/*.jar"}
+    assert choose_client(libhdfs_only, **without_native) == "pyarrow"
+    with pytest.raises(StoreConfigError, match=r"pip install hdfs-native.*ARROW_LIBHDFS_DIR"):
+        choose_client({}, **without_native)
+    no_java = {"HADOOP_HOME": str(tmp_path / "hadoop"), "JAVA_HOME": str(tmp_path / "no-jdk")}
+    with pytest.raises(StoreConfigError, match="set JAVA_HOME"):
+        choose_client(no_java, **without_native)
+    no_jars = {"ARROW_LIBHDFS_DIR": str(native_dir), **java}
+    with pytest.raises(StoreConfigError, match=r"CLASSPATH=.*hadoop classpath --glob"):
+        choose_client(no_jars, **without_native)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_up_front_check_refuses_a_kerberos_cluster_without_ticket(conf_dir: Path, tmp_path: Path):
+    env = {"HADOOP_CONF_DIR": str(conf_dir), "KRB5CCNAME": str(tmp_path / "no-ticket")}
+    with pytest.raises(StoreConfigError, match="kinit"):
+        check_store("hdfs://course-ns/course", {}, env)
+
+
+def test_down_namenode_is_a_clear_error_at_first_use_through_hdfs_native():
+    """The real hdfs-native client against a closed port: fails in seconds, not minutes."""
+    store = student_store("alice", f"hdfs://127.0.0.1:{_closed_port()}/course")
+    with pytest.raises(StoreUnavailableError, match=r"cannot be reached.*namenode.*store_url"):
+        store.ls("home/alice")
+
+
+NAMENODE = os.environ.get("SCALELAB_TEST_NAMENODE", "")
+
+
+@pytest.mark.skipif(
+    not NAMENODE,
+    reason="no HDFS namenode can run here: set SCALELAB_TEST_NAMENODE=hdfs://host:8020/path "
+    "(a writable folder) to test against a real cluster",
+)
+def test_a_real_cluster_round_trip():
+    user = f"scalelab-test-{secrets.token_hex(3)}"
+    check_store(NAMENODE, {})
+    store = student_store(user, NAMENODE)
+    store.pipe_file(f"home/{user}/hello.txt", b"hello hdfs")
+    try:
+        assert store.cat_file(f"home/{user}/hello.txt") == b"hello hdfs"
+        assert store.ls("home", detail=False) == [f"home/{user}"]
+        with pytest.raises(PermissionError):
+            store.pipe_file("datasets/planted.txt", b"x")
+    finally:
+        store.rm(f"home/{user}", recursive=True)
+
+
+@pytest.mark.integration
+def test_a_real_kernel_with_a_down_namenode_starts_and_explains_at_first_use(
+    kernel_environment: dict[str, str], tmp_path: Path
+):
+    from jupyter_client.manager import start_new_kernel
+
+    env = {**kernel_environment, "SCALELAB_STORE_URL": f"hdfs://127.0.0.1:{_closed_port()}/c"}
+    km, kc = start_new_kernel(kernel_name="scalelab-pytorch", env=env, cwd=str(tmp_path))
+    try:
+        outputs: list[str] = []
+
+        def hook(msg: dict) -> None:
+            content = msg["content"]
+            outputs.append(content.get("text", "") + content.get("evalue", ""))
+
+        reply = kc.execute_interactive("store.ls('datasets')", output_hook=hook, timeout=120)
+        assert reply["content"]["status"] == "error"
+        assert reply["content"]["ename"] == "StoreUnavailableError"
+        text = "".join(outputs)
+        assert "nothing answers at 127.0.0.1" in text and "c.ScaleLabSpawner.store_url" in text
+        reply = kc.execute_interactive("print(6 * 7)", output_hook=hook, timeout=60)
+        assert reply["content"]["status"] == "ok" and km.is_alive()
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
