@@ -20,9 +20,12 @@ from scalelab.store.errors import StoreError
 from scalelab.store.shard_plan import is_glob
 
 #: Default rows of the shuffle buffer.
-DEFAULT_BUFFER_ROWS = 8192
-#: Default rows read from a shard at a time.
-DEFAULT_READ_ROWS = 1024
+DEFAULT_BUFFER_ROWS = 16384
+#: Default rows read from a shard at a time: None sizes each read to about ``READ_BYTES``.
+DEFAULT_READ_ROWS = None
+#: Uncompressed bytes a read aims at when ``read_rows`` is None (fewer, larger reads of wide
+#: tables; pyarrow's per-batch cost is per column).
+READ_BYTES = 4 * 2**20
 
 
 def list_shards(fs: fsspec.AbstractFileSystem, path: str, suffix: str) -> list[str]:
@@ -77,18 +80,41 @@ class BufferStats:
         self.peak_rows_held = max(self.peak_rows_held, self.rows_held)
 
 
+def auto_read_rows(metadata: pq.FileMetaData, columns: Sequence[str] | None) -> int:
+    """Rows per read of about :data:`READ_BYTES` uncompressed, from a shard's footer."""
+    total_rows = metadata.num_rows
+    if not total_rows:
+        return 1
+    wanted = None if columns is None else set(columns)
+    size = 0
+    for g in range(metadata.num_row_groups):
+        group = metadata.row_group(g)
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            if wanted is None or chunk.path_in_schema.split(".")[0] in wanted:
+                size += chunk.total_uncompressed_size
+    row_bytes = max(1, size // total_rows)
+    return max(1, min(total_rows, READ_BYTES // row_bytes))
+
+
 def _open_batches(
-    fs: fsspec.AbstractFileSystem, shard: str, columns: Sequence[str] | None, read_rows: int
+    fs: fsspec.AbstractFileSystem,
+    shard: str,
+    columns: Sequence[str] | None,
+    read_rows: int | None,
 ) -> Iterator[pa.RecordBatch]:
     with fs.open(shard, "rb") as f:
-        parquet = pq.ParquetFile(f)
+        # pre_buffer=False: pyarrow would also hold a coalesced copy of the row group's raw
+        # bytes (twice the memory per open shard); fsspec's read-ahead serves remote stores.
+        parquet = pq.ParquetFile(f, pre_buffer=False)
         if columns is not None:
             missing = [c for c in columns if c not in parquet.schema_arrow.names]
             if missing:
                 raise StoreError(
                     f"{shard}: no column(s) {missing}; it has {parquet.schema_arrow.names}"
                 )
-        yield from parquet.iter_batches(batch_size=read_rows, columns=columns)
+        rows = read_rows if read_rows is not None else auto_read_rows(parquet.metadata, columns)
+        yield from parquet.iter_batches(batch_size=rows, columns=columns)
 
 
 def iter_shuffled(
@@ -98,7 +124,7 @@ def iter_shuffled(
     columns: Sequence[str] | None,
     rng: np.random.Generator | None,
     buffer_rows: int = DEFAULT_BUFFER_ROWS,
-    read_rows: int = DEFAULT_READ_ROWS,
+    read_rows: int | None = DEFAULT_READ_ROWS,
     shards_in_memory: int = 2,
     stats: BufferStats | None = None,
 ) -> Iterator[dict[str, np.ndarray]]:
@@ -106,6 +132,8 @@ def iter_shuffled(
 
     Parameters
     ----------
+    read_rows
+        Rows read from a shard at a time; None sizes reads to about :data:`READ_BYTES`.
     rng
         None reads the shards one after another in order, unshuffled. Otherwise batches of
         ``read_rows`` rows are drawn from ``shards_in_memory`` open shards at random, collected

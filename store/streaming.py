@@ -74,7 +74,9 @@ class TorchParquetDataset(torch.utils.data.IterableDataset):
         scalar otherwise. An integer yields dicts column -> array of up to ``batch_size`` rows
         (use ``DataLoader(dataset, batch_size=None)``): much faster for wide tables.
     buffer_rows, read_rows
-        Rows of the shuffle buffer, and rows read from a shard at a time.
+        Rows of the shuffle buffer, and rows read from a shard at a time (None: reads of about
+        4 MiB, sized from the shard's footer). Rows held at once stay under
+        ``buffer_rows + read_rows``, plus one decoded row group per open shard in pyarrow.
     rank, world_size
         The distributed rank of this process; None takes them from ``torch.distributed`` when its
         process group is initialised (create the dataset after ``init_process_group``), else
@@ -112,7 +114,7 @@ class TorchParquetDataset(torch.utils.data.IterableDataset):
         shards_in_memory: int = 2,
         batch_size: int | None = None,
         buffer_rows: int = DEFAULT_BUFFER_ROWS,
-        read_rows: int = DEFAULT_READ_ROWS,
+        read_rows: int | None = DEFAULT_READ_ROWS,
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
@@ -120,7 +122,7 @@ class TorchParquetDataset(torch.utils.data.IterableDataset):
         for name, value in (
             ("shards_in_memory", shards_in_memory),
             ("buffer_rows", buffer_rows),
-            ("read_rows", read_rows),
+            ("read_rows", 1 if read_rows is None else read_rows),
         ):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
