@@ -8,6 +8,7 @@ for a fork-unsafe fsspec file system. Nothing is mocked.
 from __future__ import annotations
 
 import collections
+import io
 import multiprocessing
 import socket
 from pathlib import Path
@@ -25,7 +26,9 @@ from torch.utils.data import DataLoader
 
 from scalelab.store import StoreError, open_store
 from scalelab.store.cache import local_copy
+from scalelab.store.shard_plan import Consumer, assign_shards, distributed_from_env, shard_order
 from scalelab.store.streaming import TorchParquetDataset, tf_dataset, write_tfrecord_shards
+from scalelab.store.tfrecord import read_records
 from tests.httpstore import http_folder
 
 TRAIN = "datasets/fashion-mnist/parquet/train"
@@ -296,3 +299,44 @@ def test_bad_input_is_named(store: DirFileSystem) -> None:
         TorchParquetDataset(TEST, store=store, shards_in_memory=0)
     with pytest.raises(ValueError, match="format must be 'parquet' or 'tfrecord'"):
         tf_dataset(TEST, store=store, format="csv")
+
+
+def test_shard_plan_deals_every_shard_to_one_consumer() -> None:
+    shards = [f"part-{i:05d}.parquet" for i in range(10)]
+    for world in (1, 2, 3):
+        for workers in (1, 2, 4):
+            dealt = [
+                s
+                for rank in range(world)
+                for worker in range(workers)
+                for s in assign_shards(
+                    shard_order(shards, seed=5, epoch=1, shuffle=True),
+                    Consumer(rank=rank, world_size=world, worker=worker, num_workers=workers),
+                )
+            ]
+            assert sorted(dealt) == shards, (world, workers)
+    orders = [tuple(shard_order(shards, seed=5, epoch=e, shuffle=True)) for e in (1, 1, 2)]
+    assert orders[0] == orders[1] != orders[2]
+    assert shard_order(shards[::-1], seed=5, epoch=1, shuffle=False) == shards
+    assert distributed_from_env({}) == (0, 1)
+    assert distributed_from_env({"RANK": "2", "WORLD_SIZE": "4"}) == (2, 4)
+    with pytest.raises(ValueError, match="must be integers"):
+        distributed_from_env({"RANK": "one", "WORLD_SIZE": "4"})
+
+
+def test_tfrecord_files_that_are_not_tfrecord_are_refused(
+    store: DirFileSystem, tmp_path: Path
+) -> None:
+    import tensorflow as tf
+
+    good = tmp_path / "good.tfrecord"
+    with tf.io.TFRecordWriter(str(good)) as writer:
+        for i in range(3):
+            writer.write(f"record {i}".encode())
+    data = good.read_bytes()
+    assert list(read_records(io.BytesIO(data))) == [b"record 0", b"record 1", b"record 2"]
+    with pytest.raises(StoreError, match=r"x\.tfrecord: cut short inside record 2"):
+        list(read_records(io.BytesIO(data[:-3]), "x.tfrecord"))
+    store.pipe_file("scratch/not-tfrecord/part-00000.tfrecord", b"PAR1 this is no TFRecord")
+    with pytest.raises(StoreError, match="bad length checksum: not a TFRecord file"):
+        tf_dataset("scratch/not-tfrecord", store=store, format="tfrecord")
