@@ -187,8 +187,9 @@ def _drain(
     columns = table_columns(table)
     if rng is not None:
         perm = rng.permutation(table.num_rows)
-        columns = {name: values[perm] for name, values in columns.items()}
-    return columns
+        return {name: values[perm] for name, values in columns.items()}
+    # Zero-copy views of Arrow memory are read-only; torch.as_tensor would warn about them.
+    return {n: v if v.flags.writeable else v.copy() for n, v in columns.items()}
 
 
 def table_columns(table: pa.Table) -> dict[str, np.ndarray]:

@@ -107,6 +107,10 @@ def test_persistent_workers_and_set_epoch_change_the_order(
     assert np.array_equal([r["row"] for r in unshuffled], np.arange(60_000)), (
         "shuffle=False reads the shards in order"
     )
+    # unshuffled batches are writable arrays: torch takes them without a warning (an error here)
+    batches = TorchParquetDataset(small, store=store, shuffle=False, batch_size=1000)
+    first = next(iter(DataLoader(batches, batch_size=None)))
+    assert first["image"].shape == (1000, 784) and first["row"].tolist() == list(range(1000))
 
 
 def test_ranks_split_the_shards(
