@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import io
+import itertools
 import multiprocessing
 import socket
 from pathlib import Path
@@ -26,6 +27,7 @@ from torch.utils.data import DataLoader
 
 from scalelab.store import StoreError, open_store
 from scalelab.store.cache import local_copy
+from scalelab.store.parquet_stream import iter_batches
 from scalelab.store.shard_plan import Consumer, assign_shards, distributed_from_env, shard_order
 from scalelab.store.streaming import TorchParquetDataset, tf_dataset, write_tfrecord_shards
 from scalelab.store.tfrecord import read_records
@@ -344,3 +346,19 @@ def test_tfrecord_files_that_are_not_tfrecord_are_refused(
     store.pipe_file("scratch/not-tfrecord/part-00000.tfrecord", b"PAR1 this is no TFRecord")
     with pytest.raises(StoreError, match="bad length checksum: not a TFRecord file"):
         tf_dataset("scratch/not-tfrecord", store=store, format="tfrecord")
+
+
+def test_batches_recut_across_blocks_keep_every_row_in_order() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        sizes = rng.integers(0, 50, rng.integers(1, 8))
+        batch_size = int(rng.integers(1, 30))
+        data = np.arange(sizes.sum())
+        edges = np.concatenate([[0], np.cumsum(sizes)])
+        blocks = [{"a": data[s:e], "b": 2 * data[s:e]} for s, e in itertools.pairwise(edges)]
+        out = list(iter_batches(iter(blocks), batch_size))
+        got = np.concatenate([o["a"] for o in out]) if out else np.array([], dtype=data.dtype)
+        assert np.array_equal(got, data)
+        assert all(np.array_equal(o["b"], 2 * o["a"]) for o in out)
+        assert all(len(o["a"]) == batch_size for o in out[:-1])
+        assert not out or 0 < len(out[-1]["a"]) <= batch_size
