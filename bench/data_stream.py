@@ -18,11 +18,15 @@ Prints one JSON object:
   ``throughput_ratio_1g`` and both rates in MiB/s (``stream_mib_s_*``, ``raw_mib_s_*``);
 - ``peak_rss_mib_1g``, ``peak_rss_mib_4g``: peak memory of the streaming child and its two
   DataLoader workers (goal: flat, < 1024). Summed over the processes as PSS (proportional set
-  size: pages shared by the forked workers are counted once), sampled every 20 ms with psutil;
-  ``peak_rss_sum_mib_*`` is the plain RSS sum, which counts shared pages once per process;
+  size: pages shared by the forked workers are counted once), sampled every 250 ms with psutil;
+  ``peak_rss_sum_mib_*`` sums each process's peak RSS (the kernel's ``VmHWM``), which counts
+  shared pages once per process: an upper bound;
 - ``baseline_peak_rss_mib_1g``, ``baseline_peak_rss_mib_4g``: the pandas child's peak RSS
   (``resource.getrusage``, ru_maxrss), and its speed ``baseline_mib_s_*``; skipped (null, with
   ``baseline_skipped_*`` saying why) when the machine has not 3.5 times the data set free;
+- ``stream_cpu_s_*``, ``raw_cpu_s_*``: CPU seconds (user + system, workers included) of each,
+  which other users of a busy machine disturb less than wall time; ``load_avg_1m_at_start``
+  says how busy the machine was;
 - ``sizes_mib``: the data set sizes measured (``--quick``: 64 and 256 MiB instead of 1 and 4 GiB).
 
 The page cache is not dropped (that needs root and would hit other users): the raw reader and
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -80,28 +85,53 @@ def write_dataset(folder: Path, total_bytes: int, seed: int, quick: bool = False
 
 
 class TreeSampler(threading.Thread):
-    """Samples the PSS and RSS sums of this process and its children every 20 ms."""
+    """Peak memory of this process and its children (the DataLoader workers).
+
+    ``peak_pss``: the largest sum of PSS seen, sampled every 250 ms (reading smaps costs about
+    3 ms a process, so sampling faster would slow the stream it measures). ``peak_rss``: the
+    sum of each process's own peak RSS (``VmHWM``, kept by the kernel, read every 50 ms).
+    """
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
-        import psutil
-
         self.me = psutil.Process()
-        self.peak_pss = self.peak_rss = 0
+        self.peak_pss = 0
+        self.hwm: dict[int, int] = {}
         self.done = threading.Event()
 
-    def run(self) -> None:
-        import psutil
+    @property
+    def peak_rss(self) -> int:
+        return sum(self.hwm.values())
 
-        while not self.done.wait(0.02):
-            pss = rss = 0
-            for proc in [self.me, *self.me.children(recursive=True)]:
+    def run(self) -> None:
+        tick = 0
+        while not self.done.wait(0.05):
+            tick += 1
+            procs = [self.me, *self.me.children(recursive=True)]
+            for proc in procs:
                 try:
-                    info = proc.memory_full_info()
+                    status = Path(f"/proc/{proc.pid}/status").read_text()
+                except OSError:
+                    continue
+                for line in status.splitlines():
+                    if line.startswith("VmHWM:"):
+                        self.hwm[proc.pid] = int(line.split()[1]) * 1024
+            if tick % 5:
+                continue
+            pss = 0
+            for proc in procs:
+                try:
+                    pss += proc.memory_full_info().pss
                 except psutil.Error:
                     continue
-                pss, rss = pss + info.pss, rss + info.rss
-            self.peak_pss, self.peak_rss = max(self.peak_pss, pss), max(self.peak_rss, rss)
+            self.peak_pss = max(self.peak_pss, pss)
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its waited-for children."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def child_stream(folder: Path, store_root: Path) -> dict:
@@ -123,6 +153,7 @@ def child_stream(folder: Path, store_root: Path) -> dict:
         transform=features_and_label,
     )
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    cpu0 = cpu_seconds()
     start = time.perf_counter()
     rows = 0
     checksum = 0.0
@@ -132,8 +163,10 @@ def child_stream(folder: Path, store_root: Path) -> dict:
     seconds = time.perf_counter() - start
     sampler.done.set()
     sampler.join()
+    del loader  # its workers are joined: their CPU time is in RUSAGE_CHILDREN
     return {
         "seconds": seconds,
+        "cpu_s": cpu_seconds() - cpu0,
         "rows": rows,
         "peak_pss": sampler.peak_pss,
         "peak_rss_sum": sampler.peak_rss,
@@ -143,13 +176,14 @@ def child_stream(folder: Path, store_root: Path) -> dict:
 def child_raw(folder: Path) -> dict:
     buf = bytearray(8 * 2**20)
     view = memoryview(buf)
+    cpu0 = cpu_seconds()
     start = time.perf_counter()
     total = 0
     for path in sorted(folder.iterdir()):
         with open(path, "rb", buffering=0) as f:
             while n := f.readinto(view):
                 total += n
-    return {"seconds": time.perf_counter() - start, "bytes": total}
+    return {"seconds": time.perf_counter() - start, "bytes": total, "cpu_s": cpu_seconds() - cpu0}
 
 
 def child_pandas(folder: Path) -> dict:
@@ -198,7 +232,7 @@ def main() -> None:
         return
 
     sizes = {"1g": 64 * 2**20, "4g": 256 * 2**20} if args.quick else {"1g": 2**30, "4g": 4 * 2**30}
-    report: dict = {"quick": args.quick}
+    report: dict = {"quick": args.quick, "load_avg_1m_at_start": round(os.getloadavg()[0], 1)}
     tmp = tempfile.mkdtemp(prefix="scalelab-bench-stream-", dir=args.tmp)
     try:
         store_root = Path(tmp) / "store"
@@ -228,6 +262,8 @@ def main() -> None:
             report[f"throughput_ratio_{label}"] = round(raw_s / stream["seconds"], 3)
             report[f"stream_mib_s_{label}"] = round(on_disk / 2**20 / stream["seconds"], 1)
             report[f"raw_mib_s_{label}"] = round(on_disk / 2**20 / raw_s, 1)
+            report[f"stream_cpu_s_{label}"] = round(stream["cpu_s"], 1)
+            report[f"raw_cpu_s_{label}"] = round(min(raw["cpu_s"], raw_again["cpu_s"]), 2)
             report[f"peak_rss_mib_{label}"] = mib(stream["peak_pss"])
             report[f"peak_rss_sum_mib_{label}"] = mib(stream["peak_rss_sum"])
             report[f"rows_{label}"] = stream["rows"]
