@@ -72,7 +72,10 @@ class TorchParquetDataset(torch.utils.data.IterableDataset):
         None yields one row at a time: a dict column -> value, a uint8 array of shape ``(w,)``
         for ``fixed_size_binary[w]`` columns (Fashion-MNIST's ``image``: 784 bytes), a NumPy
         scalar otherwise. An integer yields dicts column -> array of up to ``batch_size`` rows
-        (use ``DataLoader(dataset, batch_size=None)``): much faster for wide tables.
+        (use ``DataLoader(dataset, batch_size=None)``): much faster for wide tables. With
+        DataLoader workers, stack wide tables' features into one array in ``transform``: each
+        array crosses from a worker to the main process through a shared-memory segment of
+        its own, so one array per batch costs far less than one per column.
     buffer_rows, read_rows
         Rows of the shuffle buffer, and rows read from a shard at a time (None: reads of about
         4 MiB, sized from the shard's footer). Rows held at once stay under

@@ -362,3 +362,17 @@ def test_batches_recut_across_blocks_keep_every_row_in_order() -> None:
         assert all(np.array_equal(o["b"], 2 * o["a"]) for o in out)
         assert all(len(o["a"]) == batch_size for o in out[:-1])
         assert not out or 0 < len(out[-1]["a"]) <= batch_size
+
+
+def test_store_from_the_environment_as_in_a_kernel(
+    course_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SCALELAB_STORE_URL", course_store)
+    monkeypatch.setenv("SCALELAB_STORE_OPTIONS", "{}")
+    ds = TorchParquetDataset(TEST, columns=["label"], batch_size=1000)
+    labels = np.concatenate(
+        [b["label"].numpy() for b in DataLoader(ds, batch_size=None, num_workers=2)]
+    )
+    assert len(labels) == 10_000 and np.array_equal(np.bincount(labels), np.full(10, 1000))
+    tf_labels = [int(e["label"]) for e in tf_dataset(TEST, columns=["label"]).as_numpy_iterator()]
+    assert sorted(tf_labels) == sorted(labels.tolist())
