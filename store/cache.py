@@ -65,8 +65,9 @@ def local_copy(
         The file alone is larger than ``max_bytes``: raise ``max_bytes`` or read it with
         ``store.open``. Nothing is downloaded.
 
-    A cached copy whose size differs from the store file's (changed in the store, or cut short)
-    is fetched again.
+    A copy is downloaded under a temporary name and renamed into place, so no process ever sees
+    a partial one; a cached copy whose size differs from the store file's (changed in the
+    store) is fetched again.
     """
     if not isinstance(max_bytes, int) or max_bytes < 1:
         raise ValueError(f"max_bytes must be a positive integer, not {max_bytes!r}")
@@ -84,8 +85,19 @@ def local_copy(
     cached = SimpleCacheFileSystem(fs=fs, cache_storage=str(folder), skip_instance_cache=True)
     existing = cached._check_file(path)
     if existing and os.path.getsize(existing) != size:
-        os.remove(existing)  # stale or partial: fetch it again
-    with cached.open(path, "rb") as f:
+        os.remove(existing)  # stale: fetch it again
+        existing = None
+    if not existing:
+        # Download under a hidden temporary name, then rename to simplecache's name for the
+        # path: a reader in another process never opens a partial copy.
+        final = folder / cached.hash_name(path)
+        part = folder / f".{final.name}.{os.getpid()}.part"
+        try:
+            fs.get_file(path, str(part))
+            os.replace(part, final)
+        finally:
+            part.unlink(missing_ok=True)
+    with cached.open(path, "rb") as f:  # a cache hit now
         local = os.path.abspath(f.name)
     now = time.time()
     os.utime(local, (now, now))  # the LRU clock: last time handed out
@@ -99,11 +111,12 @@ def evict(folder: Path, max_bytes: int, *, keep: str | None = None) -> list[str]
     Returns
     -------
     list of str
-        The files removed, oldest first. ``keep`` is never removed.
+        The files removed, oldest first. ``keep`` is never removed, nor hidden files (downloads
+        in progress).
     """
     entries = []
     for entry in os.scandir(folder):
-        if entry.is_file(follow_symlinks=False):
+        if entry.is_file(follow_symlinks=False) and not entry.name.startswith("."):
             st = entry.stat(follow_symlinks=False)
             entries.append((st.st_mtime, entry.path, st.st_size))
     total = sum(size for _, _, size in entries)

@@ -22,6 +22,7 @@ import pytest
 import torch
 import torch.distributed
 import torch.multiprocessing
+from fsspec.implementations.cached import SimpleCacheFileSystem
 from fsspec.implementations.dirfs import DirFileSystem
 from torch.utils.data import DataLoader
 
@@ -279,6 +280,12 @@ def test_local_copy_is_a_bounded_lru_cache(store: DirFileSystem, tmp_path: Path)
 
     a = copy("a")
     assert Path(a).read_bytes() == b"a" * 300 * kib
+    # the copy is where fsspec's simplecache layer looks for it, and nothing partial is left
+    simplecache = SimpleCacheFileSystem(
+        fs=store, cache_storage=str(cache), skip_instance_cache=True
+    )
+    assert simplecache._check_file("scratch/cache/a.bin") == a
+    assert [p.name for p in cache.iterdir()] == [Path(a).name]
     b = copy("b")
     assert copy("a") == a  # a hit: same file, now the most recently used
     c = copy("c")
