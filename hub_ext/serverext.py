@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from scalelab.hub_ext.labs import distribute_labs
+from scalelab.hub_ext.labs_handlers import add_lab_handlers
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
@@ -17,6 +18,7 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
+    add_lab_handlers(serverapp)  # "Get new labs" page and API
     try:
         copied = distribute_labs(serverapp.root_dir)
     except OSError as exc:
