@@ -30,6 +30,7 @@ from pathlib import Path
 
 import nbformat
 
+from scalelab import envvars
 from scalelab.hub_ext.release import write_atomic
 
 #: The manifest of delivered labs, relative to the home.
@@ -38,8 +39,14 @@ _FORMAT = 1
 
 
 def bundled_labs() -> dict[str, bytes]:
-    """The released labs shipped with ScaleLab: file name -> notebook bytes (``.ipynb`` JSON)."""
-    folder = files("scalelab.notebooks") / "release"
+    """The released labs to deliver: file name -> notebook bytes (``.ipynb`` JSON).
+
+    From the folder in ``$SCALELAB_LABS_DIR`` (:data:`scalelab.envvars.LABS_DIR`) when set, so
+    instructors can release into a shared folder without reinstalling ScaleLab; else the ones
+    shipped in the package. Raises ``OSError`` when that folder cannot be read.
+    """
+    override = os.environ.get(envvars.LABS_DIR)
+    folder = Path(override) if override else files("scalelab.notebooks") / "release"
     return {
         entry.name: entry.read_bytes()
         for entry in sorted(folder.iterdir(), key=lambda e: e.name)
