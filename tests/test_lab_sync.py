@@ -211,3 +211,21 @@ def test_the_bundled_labs_are_the_released_student_versions():
     labs = bundled_labs()
     assert set(labs) == {"lab1_millionsong_regression.ipynb", "lab2_fashion_mnist_convnet.ipynb"}
     assert all(b"### BEGIN" not in content for content in labs.values())
+
+
+def test_the_sync_command_delivers_from_a_release_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    from scalelab.cli import main
+
+    released, home = tmp_path / "released", tmp_path / "home"
+    released.mkdir()
+    home.mkdir()
+    for name, content in V1.items():
+        (released / name).write_bytes(content)
+    assert main(["labs", "sync", str(home), "--from", str(released)]) == 0
+    assert capsys.readouterr().out.splitlines() == ["New lab: lab1.ipynb", "New lab: lab2.ipynb"]
+    assert main(["labs", "sync", str(home), "--from", str(released)]) == 0
+    assert "nothing new" in capsys.readouterr().out
+    assert main(["labs", "sync", str(tmp_path / "nope")]) == 2
+    assert "nope is not a folder" in capsys.readouterr().err

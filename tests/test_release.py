@@ -139,3 +139,17 @@ def test_no_solution_text_survives_in_the_student_labs(source: Path):
             assert cell.source == ref.source
     assert solutions >= 3 and stubs >= 3, "each lab has at least three exercises"
     assert hidden >= 1, "each lab has hidden tests"
+
+
+def test_the_release_command_writes_the_student_versions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.mkdir()
+    _instructor_notebook(src)
+    assert main(["labs", "release", str(src), str(dest)]) == 0
+    assert capsys.readouterr().out.strip() == f"released {dest / 'lab.ipynb'}"
+    assert "secret" not in (dest / "lab.ipynb").read_text()
+    assert sorted(p.name for p in dest.iterdir()) == ["lab.ipynb"]  # no temporary file left
+    assert main(["labs", "release", str(src), str(src)]) == 2
+    assert "is the source folder" in capsys.readouterr().err
