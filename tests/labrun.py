@@ -7,6 +7,7 @@ epochs for CI), and a last injected cell prints the named results as JSON, which
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import nbformat
@@ -115,6 +116,8 @@ def run_student_and_reference(
     stubs_hit: list[int] = []
     with client.setup_kernel(env=env):
         for i, (s, r) in enumerate(pairs):
+            # Progress on stderr: pytest shows it when a test fails or times out.
+            print(f"[labrun] {source.name}: cell {i}", file=sys.stderr, flush=True)
             if s.source == r.source:
                 client.execute_cell(s, i)
                 continue

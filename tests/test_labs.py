@@ -49,6 +49,7 @@ def test_lab1_student_and_reference_versions_run_on_the_real_subset(
 
 
 @pytest.mark.lab
+@pytest.mark.timeout(2400)  # three trainings on two CPU cores: about 15 minutes in CI
 def test_lab2_student_and_reference_versions_in_cpu_smoke_mode_reach_88_percent(
     tmp_path: Path, kernel_environment
 ):
