@@ -11,6 +11,7 @@ from typing import Any
 
 from scalelab.hub_ext import store_drive
 from scalelab.hub_ext.labs import distribute_labs
+from scalelab.hub_ext.labs_handlers import add_lab_handlers
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
@@ -23,6 +24,7 @@ def _link_jupyter_server_extension(serverapp: Any) -> None:
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     store_drive.load(serverapp)
+    add_lab_handlers(serverapp)  # "Get new labs" page and API
     try:
         copied = distribute_labs(serverapp.root_dir)
     except OSError as exc:

@@ -80,7 +80,51 @@ def _parser() -> argparse.ArgumentParser:
         default=sys.prefix,
         help="install under PREFIX/share/jupyter (default: this Python's prefix)",
     )
+    _add_labs_parser(sub)
     return parser
+
+
+def _add_labs_parser(sub: argparse._SubParsersAction) -> None:
+    labs = sub.add_parser("labs", help="release the course labs, deliver them into a home")
+    labs_sub = labs.add_subparsers(dest="labs_command", required=True)
+    release = labs_sub.add_parser(
+        "release", help="write student versions: solutions stubbed, hidden tests and outputs gone"
+    )
+    release.add_argument("src_dir", metavar="SRC_DIR", help="folder of the instructor notebooks")
+    release.add_argument("dest_dir", metavar="DEST_DIR", help="folder for the student versions")
+    sync = labs_sub.add_parser(
+        "sync", help="copy new labs and versions into a home, never over a changed notebook"
+    )
+    sync.add_argument("home", nargs="?", default=".", help="the home (default: this folder)")
+    sync.add_argument("--from", dest="from_dir", help="released labs (default: ScaleLab's own)")
+
+
+def _labs(args: argparse.Namespace) -> int:
+    from scalelab.hub_ext.labs import sync_labs
+    from scalelab.hub_ext.release import ReleaseError, release
+
+    if args.labs_command == "release":
+        try:
+            written = release(args.src_dir, args.dest_dir)
+        except ReleaseError as exc:
+            raise UsageError(f"{exc} (nothing was written)") from None
+        for path in written:
+            print(f"released {path}")
+        return 0
+    if not Path(args.home).is_dir():
+        raise UsageError(f"{args.home} is not a folder: give the home to copy the labs into")
+    labs = None
+    if args.from_dir:
+        labs = {p.name: p.read_bytes() for p in sorted(Path(args.from_dir).glob("*.ipynb"))}
+        if not labs:
+            raise UsageError(f"{args.from_dir} holds no released notebooks (*.ipynb)")
+    try:
+        report = sync_labs(args.home, labs)
+    except OSError as exc:
+        raise UsageError(f"copying the labs into {args.home} stopped: {exc}") from None
+    for message in report.messages or ["nothing new: every lab is there already"]:
+        print(message)
+    return 0
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -138,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     handlers = {"up": _up, "data": _data_fetch, "kernels": _kernels_install}
+    handlers["labs"] = _labs
     try:
         return handlers[args.command](args)
     except (UsageError, UpError) as exc:

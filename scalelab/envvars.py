@@ -24,3 +24,6 @@ DATA_MIRROR = "SCALELAB_DATA_MIRROR"
 STATE_DIR = "SCALELAB_STATE_DIR"
 #: Password of ``scalelab up``'s demo login; generated when unset.
 PASSWORD = "SCALELAB_PASSWORD"
+#: Folder of released labs (``scalelab labs release``'s DEST_DIR) delivered into homes instead of
+#: the ones in the package, e.g. set by ``c.Spawner.environment``; unset: the package's.
+LABS_DIR = "SCALELAB_LABS_DIR"

@@ -7,10 +7,12 @@ epochs for CI), and a last injected cell prints the named results as JSON, which
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 RESULT_MARK = "SCALELAB_RESULTS "
 
@@ -60,3 +62,74 @@ def run_lab(
     )
     line = next(ln for ln in text.splitlines() if ln.startswith(RESULT_MARK))
     return json.loads(line[len(RESULT_MARK) :]), nb
+
+
+STUB = "raise NotImplementedError()"
+
+
+def run_student_and_reference(
+    source: Path,
+    student: Path,
+    *,
+    workdir: Path,
+    env: dict[str, str],
+    overrides: str = "",
+    results: tuple[str, ...] = (),
+    timeout_s: int = 1200,
+) -> tuple[dict, list[int]]:
+    """Execute a lab's student version and its instructor (reference) version in one kernel.
+
+    The two notebooks are matched cell for cell (``scalelab labs release`` keeps cells one for
+    one). Cells that are the same run once. Where they differ, the student's cell runs first and
+    must either succeed (a stub inside a function the cell only defines) or, if it holds a stub,
+    fail with ``NotImplementedError`` and nothing else; then the reference cell (solution and
+    hidden tests) runs and must succeed, so that the cells after it find what the lab built. So
+    every student cell and every reference cell is executed, each on the state the notebook would
+    have at that point.
+
+    Returns the named results (evaluated after the last cell) and the indices of the stub cells
+    that raised ``NotImplementedError``.
+    """
+    ref = nbformat.read(source, as_version=4)
+    stu = nbformat.read(student, as_version=4)
+    assert [c.id for c in ref.cells] == [c.id for c in stu.cells], "cells not matched one for one"
+    index = next(
+        i for i, c in enumerate(ref.cells) if "parameters" in c.get("metadata", {}).get("tags", [])
+    )
+    pairs = [(s, r) for s, r in zip(stu.cells, ref.cells, strict=True) if s.cell_type == "code"]
+    code_index = sum(1 for c in ref.cells[: index + 1] if c.cell_type == "code")
+    if overrides:
+        injected = nbformat.v4.new_code_cell(overrides)
+        pairs.insert(code_index, (injected, injected))
+    names = ", ".join(f"{name!r}: {name}" for name in results)
+    last = nbformat.v4.new_code_cell(
+        f"import json as _j; print({RESULT_MARK!r} + _j.dumps({{{names}}}))"
+    )
+    pairs.append((last, last))
+    client = NotebookClient(
+        stu,
+        kernel_name=ref.metadata.kernelspec.name,
+        timeout=timeout_s,
+        startup_timeout=180,
+        resources={"metadata": {"path": str(workdir)}},
+    )
+    stubs_hit: list[int] = []
+    with client.setup_kernel(env=env):
+        for i, (s, r) in enumerate(pairs):
+            # Progress on stderr: pytest shows it when a test fails or times out.
+            print(f"[labrun] {source.name}: cell {i}", file=sys.stderr, flush=True)
+            if s.source == r.source:
+                client.execute_cell(s, i)
+                continue
+            try:
+                client.execute_cell(s, i)
+            except CellExecutionError as exc:
+                assert STUB in s.source, f"student cell {i} failed:\n{s.source}\n{exc}"
+                assert exc.ename == "NotImplementedError", f"student cell {i}: {exc}"
+                stubs_hit.append(i)
+            client.execute_cell(r, i)
+    text = "".join(
+        out.get("text", "") for out in last.outputs if out.get("output_type") == "stream"
+    )
+    line = next(ln for ln in text.splitlines() if ln.startswith(RESULT_MARK))
+    return json.loads(line[len(RESULT_MARK) :]), stubs_hit

@@ -105,13 +105,15 @@ def test_labs_are_copied_once_and_a_student_copy_is_never_touched(tmp_path: Path
     labs = bundled_labs()
     assert set(labs) == {"lab1_millionsong_regression.ipynb", "lab2_fashion_mnist_convnet.ipynb"}
     (tmp_path / "lab1_millionsong_regression.ipynb").write_text("my own work")
-    assert distribute_labs(tmp_path) == ["lab2_fashion_mnist_convnet.ipynb"]
+    beside = "lab1_millionsong_regression (v2).ipynb"  # the release, beside the student's file
+    assert distribute_labs(tmp_path) == ["lab2_fashion_mnist_convnet.ipynb", beside]
     assert (tmp_path / "lab1_millionsong_regression.ipynb").read_text() == "my own work"
     assert (tmp_path / "lab2_fashion_mnist_convnet.ipynb").read_bytes() == labs[
         "lab2_fashion_mnist_convnet.ipynb"
     ]
     assert distribute_labs(tmp_path) == []
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(labs)  # no temporary files left
+    files = sorted(p.name for p in tmp_path.iterdir() if p.is_file())
+    assert files == sorted([*labs, beside])  # no temporary files left
 
 
 def test_cli_errors_are_one_line_without_traceback(
