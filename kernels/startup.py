@@ -15,65 +15,31 @@ from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from scalelab import envvars
+from scalelab.kernels.spark_session import (  # the Spark parts; names kept importable here
+    DEFAULT_DRIVER_MEMORY,
+    DEFAULT_SPARK_MASTER,
+    build_session,
+    session_conf,
+    spark_conf,
+)
 from scalelab.store import StoreError, open_store, store_settings
 
-#: Spark master when the hub set none: all cores of this machine.
-DEFAULT_SPARK_MASTER = "local[*]"
-#: Spark driver memory when the hub set none.
-DEFAULT_DRIVER_MEMORY = "1g"
-
-
-def spark_conf(master: str, driver_memory: str, app_name: str) -> dict[str, str]:
-    """Spark settings of the PySpark kernel's session (pure).
-
-    Returns
-    -------
-    dict
-        ``spark.*`` keys -> values, for ``SparkSession.builder.config``. The driver binds to
-        loopback in local mode, so the session works on a machine with no resolvable host name.
-    """
-    conf = {
-        "spark.master": master,
-        "spark.app.name": app_name,
-        "spark.driver.memory": driver_memory,
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-    }
-    if master.startswith("local"):
-        conf["spark.driver.host"] = "127.0.0.1"
-        conf["spark.driver.bindAddress"] = "127.0.0.1"
-    return conf
+__all__ = ["DEFAULT_DRIVER_MEMORY", "DEFAULT_SPARK_MASTER", "spark_conf", "start", "start_spark"]
 
 
 def start_spark(environ: MutableMapping[str, str] | None = None) -> Any:
-    """Create the kernel's SparkSession from the hub's settings (``SCALELAB_SPARK_*``).
+    """Create a SparkSession from the hub's settings (``SCALELAB_SPARK_*``), blocking.
 
-    Returns
-    -------
-    pyspark.sql.SparkSession
+    The kernels build theirs in the background (:func:`scalelab.kernels.spark_session.begin`);
+    this is the blocking form, for scripts.
 
     Raises
     ------
-    Exception
-        Whatever PySpark raises when the JVM cannot start (Java missing, bad setting).
+    scalelab.kernels.spark_session.SparkStartError
+        The JVM could not start (Java missing, bad setting); PySpark's error is ``__cause__``.
     """
     env = os.environ if environ is None else environ
-    # Executors run Python workers: make them use this kernel's interpreter, not python3 on PATH.
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
-    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    conf = spark_conf(
-        env.get(envvars.SPARK_MASTER) or DEFAULT_SPARK_MASTER,
-        env.get(envvars.SPARK_DRIVER_MEMORY) or DEFAULT_DRIVER_MEMORY,
-        f"scalelab-{env.get('JUPYTERHUB_USER') or env.get('USER') or 'notebook'}",
-    )
-    builder = SparkSession.builder
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("WARN")
-    return session
+    return build_session(session_conf(env, None))
 
 
 def gpu_banner(environ: MutableMapping[str, str] | None = None) -> str:
@@ -123,6 +89,19 @@ def _warn_before_cells(shell: Any) -> None:
     shell.events.register("pre_run_cell", warn)
 
 
+def _begin_spark(namespace: MutableMapping[str, Any]) -> str:
+    """Start ``spark`` in the background and explain Spark failures below failing cells."""
+    from IPython import get_ipython
+
+    from scalelab.hub_ext.logstream import log_dir
+    from scalelab.kernels import spark_errors, spark_session
+
+    shell = get_ipython()
+    if shell is not None:
+        spark_errors.install(shell, namespace)
+    return spark_session.begin(namespace, shell, log_dir(os.environ))
+
+
 def start(flavour: str, namespace: MutableMapping[str, Any]) -> None:
     """Run a kernel's start-up: put ``store``/``STORE_URL`` (and ``spark``/``sc``) in ``namespace``.
 
@@ -137,17 +116,7 @@ def start(flavour: str, namespace: MutableMapping[str, Any]) -> None:
     except StoreError as exc:
         lines.append(f"course store unavailable: {exc}")
     if flavour == "pyspark":
-        try:
-            spark = start_spark()
-        except Exception as exc:  # noqa: BLE001 -- any start failure must leave the kernel alive
-            lines.append(
-                f"Spark did not start: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}. "
-                "Check that Java 17 is installed (java -version) and the hub's Spark settings."
-            )
-        else:
-            namespace["spark"] = spark
-            namespace["sc"] = spark.sparkContext
-            lines.append(f"spark: {spark.sparkContext.master}, Spark {spark.version} (as `spark`)")
+        lines.append(_begin_spark(namespace))
     if envvars.GPU_DEADLINE in os.environ:
         at = time.strftime("%H:%M", time.localtime(float(os.environ[envvars.GPU_DEADLINE])))
         lines.append(f"GPU session ends at {at} (the server stops then; files are kept)")

@@ -24,3 +24,5 @@ DATA_MIRROR = "SCALELAB_DATA_MIRROR"
 STATE_DIR = "SCALELAB_STATE_DIR"
 #: Password of ``scalelab up``'s demo login; generated when unset.
 PASSWORD = "SCALELAB_PASSWORD"
+#: Folder of the live logs (server.log, spark-driver-<pid>.log); default ``$HOME/.scalelab/logs``.
+LOG_DIR = "SCALELAB_LOG_DIR"
