@@ -43,10 +43,25 @@ def start_spark(environ: MutableMapping[str, str] | None = None) -> Any:
 
 
 def gpu_banner(environ: MutableMapping[str, str] | None = None) -> str:
-    """``"GPUs: <uuids>"`` or ``"CPU only"``, from the GPUs the spawner gave this server."""
+    """``"GPUs: <uuids>"`` or ``"CPU only"``, from the GPUs the spawner gave this server.
+
+    ``SCALELAB_GPUS`` (set by ScaleLab's spawner) first, else ``CUDA_VISIBLE_DEVICES`` (set by
+    another spawner or by hand); ``""``, ``-1`` or ``none`` mean no GPU.
+    """
     env = os.environ if environ is None else environ
-    gpus = [g for g in env.get(envvars.GPUS, "").split(",") if g]
+    raw = env.get(envvars.GPUS) or env.get("CUDA_VISIBLE_DEVICES", "")
+    gpus = [g.strip() for g in raw.split(",") if g.strip() and g.strip() not in ("-1", "none")]
     return f"GPUs: {', '.join(gpus)}" if gpus else "CPU only"
+
+
+def tensorflow_banner(environ: Mapping[str, str]) -> str:
+    """The TensorFlow kernel's line on GPU memory growth (``TF_FORCE_GPU_ALLOW_GROWTH``)."""
+    if environ.get("TF_FORCE_GPU_ALLOW_GROWTH", "").lower() == "true":
+        return "TensorFlow: GPU memory growth on (a second notebook can share the GPU)"
+    return (
+        "TensorFlow: GPU memory growth OFF (TF_FORCE_GPU_ALLOW_GROWTH is not true): this "
+        "notebook takes all GPU memory at its first GPU operation"
+    )
 
 
 def session_warning(environ: Mapping[str, str], now: float) -> str | None:
@@ -115,6 +130,8 @@ def start(flavour: str, namespace: MutableMapping[str, Any]) -> None:
         lines.append(f"course store: {url} (as `store`, an fsspec file system)")
     except StoreError as exc:
         lines.append(f"course store unavailable: {exc}")
+    if flavour == "tensorflow":
+        lines.append(tensorflow_banner(os.environ))
     if flavour == "pyspark":
         lines.append(_begin_spark(namespace))
     if envvars.GPU_DEADLINE in os.environ:
@@ -126,3 +143,20 @@ def start(flavour: str, namespace: MutableMapping[str, Any]) -> None:
         if shell is not None:
             _warn_before_cells(shell)
     print("\n".join(lines))
+    _show_with_first_cell("\n".join(lines))
+
+
+def _show_with_first_cell(banner: str) -> None:
+    """Print ``banner`` (to stderr) in the first cell's output too: what a kernel prints while it
+    starts has no cell to go to, so the notebook would never show it."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        return
+
+    def show(*_args: Any) -> None:
+        shell.events.unregister("pre_run_cell", show)
+        print(banner, file=sys.stderr)
+
+    shell.events.register("pre_run_cell", show)
