@@ -117,7 +117,7 @@ class LogListHandler(_LogsMixin, APIHandler):
         self.finish(json.dumps({"logs": list_logs(self.log_folder)}))
 
 
-class LogStreamHandler(_LogsMixin, APIHandler):
+class LogStreamHandler(_LogsMixin, JupyterHandler):
     """``GET scalelab/api/logs/<name>``: one log, followed live as server-sent events."""
 
     _closed = False

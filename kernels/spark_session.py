@@ -179,7 +179,10 @@ def build_session(conf: Mapping[str, str]) -> Any:
         for key, value in conf.items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
-        session.sparkContext.setLogLevel("WARN")
+        if "log4j2.configurationFile" not in conf.get("spark.driver.extraJavaOptions", ""):
+            # Spark's own log4j2 defaults: keep the notebook quiet. (Ours already send only
+            # WARN to the console, and INFO to the driver's log file.)
+            session.sparkContext.setLogLevel("WARN")
     except Exception as exc:  # reported as the reason `spark` is unavailable
         first = (str(exc).strip().splitlines() or [""])[0]
         raise SparkStartError(f"Spark did not start: {type(exc).__name__}: {first}") from exc
