@@ -18,8 +18,10 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     from scalelab.hub_ext import logstream
+    from scalelab.kernels import livy
 
     logstream.setup(serverapp)
+    livy.setup(serverapp)
     try:
         copied = distribute_labs(serverapp.root_dir)
     except OSError as exc:

@@ -29,6 +29,8 @@ from typing import Any
 from traitlets import Dict, Enum, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
+from scalelab import envvars
+
 #: Fields of Livy's ``POST /sessions`` body (Livy REST API) that a session setting may use.
 LIVY_SESSION_FIELDS = frozenset(
     {
@@ -210,3 +212,87 @@ def write_sparkmagic_config(settings: LivySettings, conf_dir: str | Path) -> Pat
     partial.write_text(json.dumps(sparkmagic_config(settings), indent=1, sort_keys=True) + "\n")
     partial.replace(target)
     return target
+
+
+def livy_environment(settings: LivySettings) -> dict[str, str]:
+    """The single-user server's environment for Livy (pure): ``SCALELAB_LIVY`` or nothing.
+
+    Returns
+    -------
+    dict
+        ``{"SCALELAB_LIVY": '{"url": ..., "auth": ..., "session_configs": ...}'}`` when
+        ``settings.url`` is set, else ``{}``.
+    """
+    if not settings.url:
+        return {}
+    body = {"url": settings.url, "auth": settings.auth, "session_configs": settings.session_configs}
+    return {envvars.LIVY: json.dumps(body, sort_keys=True)}
+
+
+def settings_from_environment(environ: Mapping[str, str]) -> LivySettings | None:
+    """The :class:`LivySettings` a server got from the hub (``SCALELAB_LIVY``), or None.
+
+    Raises
+    ------
+    traitlets.TraitError, ValueError
+        The variable holds no valid settings (not JSON, unknown keys).
+    """
+    raw = environ.get(envvars.LIVY)
+    if not raw:
+        return None
+    return LivySettings(**json.loads(raw))
+
+
+def prepare_server(settings: LivySettings, state_dir: str | Path) -> tuple[Path, Path]:
+    """Write sparkmagic's ``config.json`` and its kernelspecs under ``state_dir`` (I/O).
+
+    Returns
+    -------
+    tuple of Path
+        ``(sparkmagic conf dir, kernels dir)``: the first is ``SPARKMAGIC_CONF_DIR`` for the
+        kernels, the second a folder of ``<name>/kernel.json`` for the kernelspec manager.
+    """
+    conf_dir = Path(state_dir) / "sparkmagic"
+    write_sparkmagic_config(settings, conf_dir)
+    kernels_dir = Path(state_dir) / "kernels"
+    for name, spec in sparkmagic_kernelspecs().items():
+        (kernels_dir / name).mkdir(parents=True, exist_ok=True)
+        (kernels_dir / name / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
+    return conf_dir, kernels_dir
+
+
+def setup(serverapp: Any) -> list[str]:
+    """Offer sparkmagic's kernels in a single-user server when the hub configured Livy.
+
+    Called by the server extension. Writes sparkmagic's configuration, points
+    ``SPARKMAGIC_CONF_DIR`` at it (kernels inherit the server's environment), and adds the
+    kernelspecs to the server's kernelspec manager and its allow-list. Without sparkmagic
+    installed it logs how to install it and offers nothing.
+
+    Returns
+    -------
+    list of str
+        The kernelspec names added.
+    """
+    import importlib.util
+    import os
+
+    settings = settings_from_environment(os.environ)
+    if settings is None:
+        return []
+    if importlib.util.find_spec("sparkmagic") is None:
+        serverapp.log.error(
+            "ScaleLab: the hub configured Livy (c.LivySettings.url = %s) but sparkmagic is not "
+            "installed in this server's environment: pip install 'scalelab[livy]'",
+            settings.url,
+        )
+        return []
+    home = os.environ.get("HOME") or os.path.expanduser("~")
+    conf_dir, kernels_dir = prepare_server(settings, Path(home) / ".scalelab")
+    os.environ["SPARKMAGIC_CONF_DIR"] = str(conf_dir)
+    ksm = serverapp.kernel_spec_manager
+    ksm.kernel_dirs = [*ksm.kernel_dirs, str(kernels_dir)]
+    names = list(SPARKMAGIC_KERNELS)
+    if ksm.allowed_kernelspecs:
+        ksm.allowed_kernelspecs = {*ksm.allowed_kernelspecs, *names}
+    return names

@@ -26,3 +26,5 @@ STATE_DIR = "SCALELAB_STATE_DIR"
 PASSWORD = "SCALELAB_PASSWORD"
 #: Folder of the live logs (server.log, spark-driver-<pid>.log); default ``$HOME/.scalelab/logs``.
 LOG_DIR = "SCALELAB_LOG_DIR"
+#: Livy settings for sparkmagic's remote kernels (``c.LivySettings``) as JSON; unset: none.
+LIVY = "SCALELAB_LIVY"

@@ -8,13 +8,16 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from jupyter_client.kernelspec import KernelSpec
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from traitlets import TraitError
-from traitlets.config import Config
+from traitlets.config import Config, Configurable
 
 from scalelab.kernels.livy import (
     LivySettings,
     effective_session,
+    livy_environment,
+    prepare_server,
+    settings_from_environment,
     sparkmagic_config,
     sparkmagic_kernelspecs,
     write_sparkmagic_config,
@@ -124,3 +127,24 @@ def test_config_file_written_for_sparkmagic(tmp_path: Path):
     assert path == tmp_path / "sparkmagic" / "config.json"
     assert json.loads(path.read_text()) == sparkmagic_config(_ops_settings())
     assert [p.name for p in path.parent.iterdir()] == ["config.json"]
+
+
+def test_hub_settings_travel_to_the_server_and_are_written_there(tmp_path: Path):
+    hub_side = Configurable(config=_ops_settings().config)  # e.g. the spawner, as parent
+    env = livy_environment(LivySettings(parent=hub_side))
+    assert set(env) == {"SCALELAB_LIVY"}
+    server_side = settings_from_environment(env)
+    assert sparkmagic_config(server_side) == sparkmagic_config(_ops_settings())
+    conf_dir, kernels_dir = prepare_server(server_side, tmp_path / ".scalelab")
+    assert json.loads((conf_dir / "config.json").read_text())["kernel_python_credentials"] == {
+        "url": "http://livy.cluster:8998",
+        "auth": "Kerberos",
+    }
+    ksm = KernelSpecManager(kernel_dirs=[str(kernels_dir)], ensure_native_kernel=False)
+    assert set(ksm.find_kernel_specs()) == {"sparkmagic-pyspark", "sparkmagic-spark"}
+    assert ksm.get_kernel_spec("sparkmagic-pyspark").display_name == "PySpark (remote, Livy)"
+
+
+def test_no_livy_url_adds_nothing_to_the_server():
+    assert livy_environment(LivySettings()) == {}
+    assert settings_from_environment({}) is None
