@@ -278,6 +278,27 @@ def ui_url(session: Any, environ: Mapping[str, str]) -> str | None:
     return ui_proxy_path(prefix, port) if prefix else f"http://127.0.0.1:{port}/"
 
 
+def ready_line(session: Any, environ: Mapping[str, str]) -> str:
+    """The line that tells the notebook Spark is ready, and where its UI is.
+
+    If another process took the chosen ``spark.ui.port`` between the choice and Spark's bind
+    (Spark then moves to the next port), the UI's links do not match ``spark.ui.proxyBase``: the
+    line says so and how to get a fresh port.
+    """
+    url = ui_url(session, environ)
+    line = f"Spark {session.version} is ready ({session.sparkContext.master})"
+    if not url:
+        return line
+    line += f"; Spark UI: {url}"
+    wanted = session.conf.get("spark.ui.port", None)
+    if wanted and f"/{wanted}/" not in url and f":{wanted}/" not in url:
+        line += (
+            f" (port {wanted} was taken meanwhile, so the UI's links may be broken; "
+            "restart the kernel for a new port)"
+        )
+    return line
+
+
 def begin(namespace: MutableMapping[str, Any], shell: Any, log_dir: Path | None) -> str:
     """Start building ``spark`` in the background; put ``spark``/``sc`` in ``namespace``.
 
@@ -324,11 +345,6 @@ def _swap_when_ready(
             namespace["spark"] = session
         if isinstance(namespace.get("sc"), LazySparkContext):
             namespace["sc"] = session.sparkContext
-        url = ui_url(session, environ)
-        print(
-            f"Spark {session.version} is ready ({session.sparkContext.master})"
-            + (f"; Spark UI: {url}" if url else ""),
-            file=sys.stderr,
-        )
+        print(ready_line(session, environ), file=sys.stderr)
 
     shell.events.register("post_run_cell", swap)
