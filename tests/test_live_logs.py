@@ -65,13 +65,18 @@ def test_server_log_is_teed_once(tmp_path: Path):
 
 
 def _follow(url: str, headers: dict, lines: queue.Queue, stop: threading.Event) -> None:
-    with requests.get(url, headers=headers, stream=True, timeout=120) as response:
-        lines.put(("status", response.status_code, response.headers.get("Content-Type")))
-        for line in response.iter_lines(decode_unicode=True):
-            if line and line.startswith("data: "):
-                lines.put(("data", line[len("data: ") :], None))
-            if stop.is_set():
-                return
+    """Read a log's event stream into ``lines`` until ``stop`` (or the server ends it)."""
+    try:
+        with requests.get(url, headers=headers, stream=True, timeout=120) as response:
+            lines.put(("status", response.status_code, response.headers.get("Content-Type")))
+            for line in response.iter_lines(decode_unicode=True):
+                if line and line.startswith("data: "):
+                    lines.put(("data", line[len("data: ") :], None))
+                if stop.is_set():
+                    return
+    except requests.RequestException as exc:  # the server stopping ends the stream
+        if not stop.is_set():
+            lines.put(("error", repr(exc), None))
 
 
 def _await_line(lines: queue.Queue, pattern: str, timeout_s: float = 120) -> str:
