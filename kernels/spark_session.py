@@ -29,11 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from scalelab import envvars
-
-#: Spark master when the hub set none: all cores of this machine.
-DEFAULT_SPARK_MASTER = "local[*]"
-#: Spark driver memory when the hub set none.
-DEFAULT_DRIVER_MEMORY = "1g"
+from scalelab.kernels.startup import DEFAULT_DRIVER_MEMORY, DEFAULT_SPARK_MASTER, spark_conf
 
 #: log4j2 configuration of the driver: WARN and above to the console (the kernel's stderr, hence
 #: the server's log) and INFO and above to the driver's log file.
@@ -70,22 +66,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def spark_conf(
-    master: str,
-    driver_memory: str,
-    app_name: str,
+def driver_conf(
     *,
     ui_port: int | None = None,
     service_prefix: str = "",
     log4j_file: str | None = None,
 ) -> dict[str, str]:
-    """Spark settings of the PySpark kernel's session (pure).
+    """Spark settings the kernel adds to :func:`scalelab.kernels.startup.spark_conf` (pure).
 
     Parameters
     ----------
-    master, driver_memory, app_name
-        ``spark.master`` (``local[*]``, ``spark://host:7077`` ...), ``spark.driver.memory``
-        (a JVM size, ``"2g"``) and ``spark.app.name``.
     ui_port
         ``spark.ui.port`` of this driver; None leaves Spark's default (4040 and up).
     service_prefix
@@ -97,19 +87,9 @@ def spark_conf(
     Returns
     -------
     dict
-        ``spark.*`` keys -> values, for ``SparkSession.builder.config``. The driver binds to
-        loopback in local mode, so the session works on a machine with no resolvable host name.
+        ``spark.*`` keys -> values.
     """
-    conf = {
-        "spark.master": master,
-        "spark.app.name": app_name,
-        "spark.driver.memory": driver_memory,
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-    }
-    if master.startswith("local"):
-        conf["spark.driver.host"] = "127.0.0.1"
-        conf["spark.driver.bindAddress"] = "127.0.0.1"
+    conf: dict[str, str] = {}
     if ui_port is not None:
         conf["spark.ui.port"] = str(ui_port)
         if service_prefix:
@@ -146,14 +126,19 @@ def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, 
         props.write_text(LOG4J2_TEMPLATE.format(log_file=log_file))
         log4j_file = str(props)
     user = environ.get("JUPYTERHUB_USER") or environ.get("USER") or "notebook"
-    return spark_conf(
+    conf = spark_conf(
         environ.get(envvars.SPARK_MASTER) or DEFAULT_SPARK_MASTER,
         environ.get(envvars.SPARK_DRIVER_MEMORY) or DEFAULT_DRIVER_MEMORY,
         f"scalelab-{user}",
-        ui_port=free_port(),
-        service_prefix=environ.get("JUPYTERHUB_SERVICE_PREFIX", ""),
-        log4j_file=log4j_file,
     )
+    conf.update(
+        driver_conf(
+            ui_port=free_port(),
+            service_prefix=environ.get("JUPYTERHUB_SERVICE_PREFIX", ""),
+            log4j_file=log4j_file,
+        )
+    )
+    return conf
 
 
 def build_session(conf: Mapping[str, str]) -> Any:

@@ -15,31 +15,65 @@ from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from scalelab import envvars
-from scalelab.kernels.spark_session import (  # the Spark parts; names kept importable here
-    DEFAULT_DRIVER_MEMORY,
-    DEFAULT_SPARK_MASTER,
-    build_session,
-    session_conf,
-    spark_conf,
-)
 from scalelab.store import StoreError, open_store, store_settings
 
-__all__ = ["DEFAULT_DRIVER_MEMORY", "DEFAULT_SPARK_MASTER", "spark_conf", "start", "start_spark"]
+#: Spark master when the hub set none: all cores of this machine.
+DEFAULT_SPARK_MASTER = "local[*]"
+#: Spark driver memory when the hub set none.
+DEFAULT_DRIVER_MEMORY = "1g"
+
+
+def spark_conf(master: str, driver_memory: str, app_name: str) -> dict[str, str]:
+    """Spark settings of the PySpark kernel's session (pure).
+
+    Returns
+    -------
+    dict
+        ``spark.*`` keys -> values, for ``SparkSession.builder.config``. The driver binds to
+        loopback in local mode, so the session works on a machine with no resolvable host name.
+    """
+    conf = {
+        "spark.master": master,
+        "spark.app.name": app_name,
+        "spark.driver.memory": driver_memory,
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }
+    if master.startswith("local"):
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+    return conf
 
 
 def start_spark(environ: MutableMapping[str, str] | None = None) -> Any:
-    """Create a SparkSession from the hub's settings (``SCALELAB_SPARK_*``), blocking.
+    """Create the kernel's SparkSession from the hub's settings (``SCALELAB_SPARK_*``).
 
-    The kernels build theirs in the background (:func:`scalelab.kernels.spark_session.begin`);
-    this is the blocking form, for scripts.
+    Returns
+    -------
+    pyspark.sql.SparkSession
 
     Raises
     ------
-    scalelab.kernels.spark_session.SparkStartError
-        The JVM could not start (Java missing, bad setting); PySpark's error is ``__cause__``.
+    Exception
+        Whatever PySpark raises when the JVM cannot start (Java missing, bad setting).
     """
     env = os.environ if environ is None else environ
-    return build_session(session_conf(env, None))
+    # Executors run Python workers: make them use this kernel's interpreter, not python3 on PATH.
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    conf = spark_conf(
+        env.get(envvars.SPARK_MASTER) or DEFAULT_SPARK_MASTER,
+        env.get(envvars.SPARK_DRIVER_MEMORY) or DEFAULT_DRIVER_MEMORY,
+        f"scalelab-{env.get('JUPYTERHUB_USER') or env.get('USER') or 'notebook'}",
+    )
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
 
 
 def gpu_banner(environ: MutableMapping[str, str] | None = None) -> str:
