@@ -14,7 +14,7 @@ driver JVM gone (OOM), opaque Py4J error   ``spark.driver.memory``
 driver heap ``OutOfMemoryError``           ``spark.driver.memory`` (local mode) /
                                            ``spark.executor.memory`` (executors)
 executor killed for memory overhead        ``spark.executor.memoryOverhead``
-off-heap memory exhausted                  ``spark.memory.offHeap.enabled`` / ``.size``
+off-heap memory exhausted (off-heap on)    ``spark.memory.offHeap.enabled`` / ``.size``
 Python worker ``MemoryError``              ``spark.executor.pyspark.memory``
 result over ``spark.driver.maxResultSize``  ``spark.driver.maxResultSize``
 =========================================  =========================================================
@@ -126,6 +126,9 @@ def _overhead(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Exp
 def _off_heap(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
     enabled = conf.get("spark.memory.offHeap.enabled", "false")
     size = conf.get("spark.memory.offHeap.size", "0")
+    if enabled.lower() != "true" and not re.search(r"Direct buffer memory|off-?heap", text, re.I):
+        # Spark's execution memory on the heap ran out (the same error without off-heap).
+        return _heap(text, conf, env)
     return Explanation(
         "Spark ran out of off-heap memory (memory outside the Java heap that Spark manages "
         "itself, or direct buffers).",

@@ -77,7 +77,12 @@ EXECUTOR_HEAP = (
         (TOO_LITTLE_DRIVER_MEMORY, LOCAL, "spark.driver.memory"),
         (YARN_OVERHEAD, CLUSTER, "spark.executor.memoryOverhead"),
         (K8S_OOMKILLED, CLUSTER, "spark.executor.memoryOverhead"),
-        (OFF_HEAP, CLUSTER, "spark.memory.offHeap.enabled"),
+        (
+            OFF_HEAP,
+            {**CLUSTER, "spark.memory.offHeap.enabled": "true"},
+            "spark.memory.offHeap.size",
+        ),
+        (OFF_HEAP, LOCAL, "spark.driver.memory"),  # execution memory on the heap
         (DIRECT_BUFFER, CLUSTER, "spark.memory.offHeap.size"),
         (EXECUTOR_HEAP, CLUSTER, "spark.executor.memory"),
         (EXECUTOR_HEAP, LOCAL, "spark.driver.memory"),

@@ -79,7 +79,7 @@ def test_java_missing_is_explained_and_the_kernel_lives(
         assert kernel.km.is_alive()
 
 
-def test_max_result_size_python_worker_memory_and_a_dead_driver(
+def test_max_result_size_python_worker_off_heap_and_a_dead_driver(
     kernel_environment: dict[str, str], tmp_path: Path
 ):
     env = _env(kernel_environment, tmp_path)
@@ -116,6 +116,23 @@ def test_max_result_size_python_worker_memory_and_a_dead_driver(
         assert worker["error"][0] == "PythonException"
         assert worker["stderr"].count(EXPLANATION) == 1
         assert "Setting to change: spark.executor.pyspark.memory" in worker["stderr"]
+
+        # Off-heap execution memory too small for an aggregation.
+        off_heap = kernel.run(
+            "spark.stop()\n"
+            "spark = (SparkSession.builder.config('spark.memory.offHeap.enabled', 'true')"
+            ".config('spark.memory.offHeap.size', '1m').getOrCreate())\n"
+            "spark.range(0, 3_000_000, numPartitions=1)"
+            ".selectExpr('id % 1000000 as k', \"repeat('x', 50) as v\")"
+            ".groupBy('k').agg({'v': 'max'}).count()"
+        )
+        assert off_heap["error"] is not None
+        assert off_heap["stderr"].count(EXPLANATION) == 1
+        assert (
+            "Setting to change: spark.memory.offHeap.enabled, spark.memory.offHeap.size"
+            in off_heap["stderr"]
+        )
+        assert "spark.memory.offHeap.size=1m" in off_heap["stderr"]
 
         fine = kernel.run("spark.range(10).count()")
         assert fine["result"] == "10" and EXPLANATION not in fine["stderr"]
