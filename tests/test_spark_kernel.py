@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.kernelrun import Kernel
 
@@ -176,3 +177,22 @@ def test_tensorflow_kernel_says_memory_growth_is_on(
         assert out["result"] == "'true'"
         assert "ScaleLab tensorflow kernel: CPU only" in out["stderr"]
         assert "GPU memory growth on" in out["stderr"]
+
+
+def test_two_drivers_on_one_machine_get_their_own_ui(
+    kernel_environment: dict[str, str], tmp_path: Path
+):
+    env = _env(kernel_environment, tmp_path)
+    with (
+        Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as first,
+        Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as second,
+    ):
+        ports = []
+        for kernel in (first, second):
+            out = kernel.run("spark.sparkContext.uiWebUrl.rsplit(':', 1)[1]")
+            assert out["error"] is None, out
+            ports.append(int(out["result"].strip("'")))
+        assert ports[0] != ports[1]
+        for port in ports:
+            page = requests.get(f"http://127.0.0.1:{port}/jobs/", timeout=60)
+            assert page.status_code == 200 and "Spark Jobs" in page.text
