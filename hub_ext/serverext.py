@@ -25,6 +25,11 @@ def _link_jupyter_server_extension(serverapp: Any) -> None:
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     store_drive.load(serverapp)
     add_lab_handlers(serverapp)  # "Get new labs" page and API
+    from scalelab.hub_ext import logstream
+    from scalelab.kernels import livy
+
+    logstream.setup(serverapp)
+    livy.setup(serverapp)
     try:
         copied = distribute_labs(serverapp.root_dir)
     except OSError as exc:

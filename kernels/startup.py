@@ -78,10 +78,25 @@ def start_spark(environ: MutableMapping[str, str] | None = None) -> Any:
 
 
 def gpu_banner(environ: MutableMapping[str, str] | None = None) -> str:
-    """``"GPUs: <uuids>"`` or ``"CPU only"``, from the GPUs the spawner gave this server."""
+    """``"GPUs: <uuids>"`` or ``"CPU only"``, from the GPUs the spawner gave this server.
+
+    ``SCALELAB_GPUS`` (set by ScaleLab's spawner) first, else ``CUDA_VISIBLE_DEVICES`` (set by
+    another spawner or by hand); ``""``, ``-1`` or ``none`` mean no GPU.
+    """
     env = os.environ if environ is None else environ
-    gpus = [g for g in env.get(envvars.GPUS, "").split(",") if g]
+    raw = env.get(envvars.GPUS) or env.get("CUDA_VISIBLE_DEVICES", "")
+    gpus = [g.strip() for g in raw.split(",") if g.strip() and g.strip() not in ("-1", "none")]
     return f"GPUs: {', '.join(gpus)}" if gpus else "CPU only"
+
+
+def tensorflow_banner(environ: Mapping[str, str]) -> str:
+    """The TensorFlow kernel's line on GPU memory growth (``TF_FORCE_GPU_ALLOW_GROWTH``)."""
+    if environ.get("TF_FORCE_GPU_ALLOW_GROWTH", "").lower() == "true":
+        return "TensorFlow: GPU memory growth on (a second notebook can share the GPU)"
+    return (
+        "TensorFlow: GPU memory growth OFF (TF_FORCE_GPU_ALLOW_GROWTH is not true): this "
+        "notebook takes all GPU memory at its first GPU operation"
+    )
 
 
 def session_warning(environ: Mapping[str, str], now: float) -> str | None:
@@ -124,6 +139,19 @@ def _warn_before_cells(shell: Any) -> None:
     shell.events.register("pre_run_cell", warn)
 
 
+def _begin_spark(namespace: MutableMapping[str, Any]) -> str:
+    """Start ``spark`` in the background and explain Spark failures below failing cells."""
+    from IPython import get_ipython
+
+    from scalelab.hub_ext.logstream import log_dir
+    from scalelab.kernels import spark_errors, spark_session
+
+    shell = get_ipython()
+    if shell is not None:
+        spark_errors.install(shell, namespace)
+    return spark_session.begin(namespace, shell, log_dir(os.environ))
+
+
 def start(flavour: str, namespace: MutableMapping[str, Any]) -> None:
     """Run a kernel's start-up: put ``store``/``STORE_URL`` (and ``spark``/``sc``) in ``namespace``.
 
@@ -131,18 +159,10 @@ def start(flavour: str, namespace: MutableMapping[str, Any]) -> None:
     """
     lines = [f"ScaleLab {flavour} kernel: {gpu_banner()}"]
     lines.append(kernel_store(namespace))
+    if flavour == "tensorflow":
+        lines.append(tensorflow_banner(os.environ))
     if flavour == "pyspark":
-        try:
-            spark = start_spark()
-        except Exception as exc:  # noqa: BLE001 -- any start failure must leave the kernel alive
-            lines.append(
-                f"Spark did not start: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}. "
-                "Check that Java 17 is installed (java -version) and the hub's Spark settings."
-            )
-        else:
-            namespace["spark"] = spark
-            namespace["sc"] = spark.sparkContext
-            lines.append(f"spark: {spark.sparkContext.master}, Spark {spark.version} (as `spark`)")
+        lines.append(_begin_spark(namespace))
     if envvars.GPU_DEADLINE in os.environ:
         at = time.strftime("%H:%M", time.localtime(float(os.environ[envvars.GPU_DEADLINE])))
         lines.append(f"GPU session ends at {at} (the server stops then; files are kept)")
@@ -152,3 +172,20 @@ def start(flavour: str, namespace: MutableMapping[str, Any]) -> None:
         if shell is not None:
             _warn_before_cells(shell)
     print("\n".join(lines))
+    _show_with_first_cell("\n".join(lines))
+
+
+def _show_with_first_cell(banner: str) -> None:
+    """Print ``banner`` (to stderr) in the first cell's output too: what a kernel prints while it
+    starts has no cell to go to, so the notebook would never show it."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        return
+
+    def show(*_args: Any) -> None:
+        shell.events.unregister("pre_run_cell", show)
+        print(banner, file=sys.stderr)
+
+    shell.events.register("pre_run_cell", show)

@@ -27,3 +27,7 @@ PASSWORD = "SCALELAB_PASSWORD"
 #: Folder of released labs (``scalelab labs release``'s DEST_DIR) delivered into homes instead of
 #: the ones in the package, e.g. set by ``c.Spawner.environment``; unset: the package's.
 LABS_DIR = "SCALELAB_LABS_DIR"
+#: Folder of the live logs (server.log, spark-driver-<pid>.log); default ``$HOME/.scalelab/logs``.
+LOG_DIR = "SCALELAB_LOG_DIR"
+#: Livy settings for sparkmagic's remote kernels (``c.LivySettings``) as JSON; unset: none.
+LIVY = "SCALELAB_LIVY"

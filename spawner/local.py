@@ -19,6 +19,7 @@ from pathlib import Path
 from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Dict, List, Unicode, default
 
+from scalelab.kernels.livy import LivySettings, livy_environment
 from scalelab.spawner.environment import server_args, server_environment
 from scalelab.spawner.gpu_spawner import GPUSpawnerMixin
 
@@ -145,6 +146,7 @@ class ScaleLabSpawner(GPUSpawnerMixin, LocalProcessSpawner):
             )
         )
         env.update(self.session_environment())
+        env.update(livy_environment(LivySettings(parent=self)))
         return env
 
     def get_args(self):

@@ -18,7 +18,9 @@ def test_bad_store_url_leaves_the_kernel_alive_with_a_readable_message(
         outputs: list[str] = []
         reply = kc.execute_interactive(
             "print(1 + 1); print(type(store).__name__)",
-            output_hook=lambda msg: outputs.append(msg["content"].get("text", "")),
+            output_hook=lambda msg: outputs.append(
+                msg["content"].get("text", "") if msg["content"].get("name") == "stdout" else ""
+            ),
             timeout=120,
         )
         assert reply["content"]["status"] == "ok"

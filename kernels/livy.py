@@ -1,0 +1,298 @@
+"""sparkmagic's remote Spark kernels, offered when ops configure a Livy server.
+
+Ops set, in ``jupyterhub_config.py``::
+
+    c.LivySettings.url = "http://livy.cluster:8998"
+    c.LivySettings.auth = "Kerberos"            # or "None", "Basic_Access"
+    c.LivySettings.session_configs = {"driverMemory": "2g", "queue": "course",
+                                      "conf": {"spark.executor.memoryOverhead": "1g"}}
+
+and each single-user server gets sparkmagic's ``config.json`` (:func:`sparkmagic_config`) and
+two more kernelspecs (:func:`sparkmagic_kernelspecs`). Ops' session settings go into
+sparkmagic's ``session_configs_defaults`` (sparkmagic >= 0.21), which sparkmagic merges *under*
+whatever a student sends with ``%%configure``: a student's ``%%configure {"executorMemory":
+"4g"}`` adds to ops' queue and ``conf`` instead of replacing them (sparkmagic replaces
+``session_configs`` wholesale, jupyter-incubator/sparkmagic#958). The merge is sparkmagic's; it
+is reproduced by :func:`effective_session` only to show ops what a session will get.
+
+Everything here is pure except :func:`write_sparkmagic_config`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from traitlets import Dict, Enum, TraitError, Unicode, validate
+from traitlets.config import Configurable
+
+from scalelab import envvars
+
+#: Fields of Livy's ``POST /sessions`` body (Livy REST API) that a session setting may use.
+LIVY_SESSION_FIELDS = frozenset(
+    {
+        "kind",
+        "proxyUser",
+        "jars",
+        "pyFiles",
+        "files",
+        "driverMemory",
+        "driverCores",
+        "executorMemory",
+        "executorCores",
+        "numExecutors",
+        "archives",
+        "queue",
+        "name",
+        "conf",
+        "heartbeatTimeoutInSecond",
+    }
+)
+
+#: sparkmagic's kernels: kernelspec name -> (display name, module, language).
+SPARKMAGIC_KERNELS: dict[str, tuple[str, str, str]] = {
+    "sparkmagic-pyspark": (
+        "PySpark (remote, Livy)",
+        "sparkmagic.kernels.pysparkkernel.pysparkkernel",
+        "python",
+    ),
+    "sparkmagic-spark": (
+        "Spark Scala (remote, Livy)",
+        "sparkmagic.kernels.sparkkernel.sparkkernel",
+        "scala",
+    ),
+}
+
+
+class LivySettings(Configurable):
+    """Where sparkmagic's remote Spark kernels send their code (Apache Livy)."""
+
+    url = Unicode(
+        "",
+        config=True,
+        help="""Livy server URL, e.g. `http://livy.cluster:8998`. Empty (the default): no remote
+        Spark kernels are offered.""",
+    )
+    auth = Enum(
+        ["None", "Basic_Access", "Kerberos"],
+        default_value="None",
+        config=True,
+        help="""How sparkmagic authenticates to Livy: `None`, `Basic_Access` (a user name and
+        password) or `Kerberos` (the server's ticket; needs sparkmagic's Kerberos extras).""",
+    )
+    session_configs = Dict(
+        config=True,
+        help="""Livy session settings ops set for every student (the body of Livy's
+        `POST /sessions`): `driverMemory`, `executorMemory`, `executorCores`, `numExecutors`,
+        `queue`, `proxyUser`, `conf` (a dict of `spark.*` settings) ... A student's
+        `%%configure` adds to these and may change a key, but never drops ops' other keys.
+        Unknown keys are an error.""",
+    )
+
+    @validate("session_configs")
+    def _known_fields(self, proposal: Any) -> dict:
+        return check_session_configs(proposal["value"])
+
+    @validate("url")
+    def _http_url(self, proposal: Any) -> str:
+        url = proposal["value"].strip()
+        if url and not url.startswith(("http://", "https://")):
+            raise TraitError(
+                f"c.LivySettings.url must be an http:// or https:// URL, not {url!r}; "
+                "e.g. http://livy.cluster:8998"
+            )
+        return url
+
+
+def check_session_configs(value: Mapping[str, Any]) -> dict:
+    """Livy session settings, checked (pure).
+
+    Raises
+    ------
+    traitlets.TraitError
+        A key that is not a field of Livy's ``POST /sessions``, or ``conf`` that is not a dict
+        of strings; the message names the key and the valid fields.
+    """
+    unknown = sorted(set(value) - LIVY_SESSION_FIELDS)
+    if unknown:
+        raise TraitError(
+            f"c.LivySettings.session_configs has unknown key(s) {unknown}; Livy's session "
+            f"fields are {sorted(LIVY_SESSION_FIELDS)}"
+        )
+    conf = value.get("conf", {})
+    if not isinstance(conf, Mapping) or not all(isinstance(k, str) for k in conf):
+        raise TraitError(
+            "c.LivySettings.session_configs['conf'] must be a dict of Spark settings, "
+            "e.g. {'spark.executor.memoryOverhead': '1g'}"
+        )
+    return dict(value)
+
+
+def sparkmagic_config(settings: LivySettings) -> dict[str, Any]:
+    """sparkmagic's ``config.json`` for a Livy server (pure).
+
+    Returns
+    -------
+    dict
+        ``kernel_python_credentials`` and ``kernel_scala_credentials`` (URL and auth),
+        ``session_configs_defaults`` (ops' settings, kept under ``%%configure``),
+        ``session_configs`` (the same, for sparkmagic versions before 0.21), and a
+        ``heartbeatTimeoutInSecond`` so an abandoned session ends on the cluster.
+
+    Raises
+    ------
+    ValueError
+        ``settings.url`` is empty.
+    """
+    if not settings.url:
+        raise ValueError("no Livy server configured: set c.LivySettings.url")
+    credentials = {"url": settings.url, "auth": settings.auth}
+    defaults = {"heartbeatTimeoutInSecond": 900, **copy.deepcopy(settings.session_configs)}
+    return {
+        "kernel_python_credentials": dict(credentials),
+        "kernel_scala_credentials": dict(credentials),
+        "session_configs_defaults": defaults,
+        "session_configs": copy.deepcopy(defaults),
+        "wait_for_idle_timeout_seconds": 15,
+        "livy_session_startup_timeout_seconds": 120,
+    }
+
+
+def effective_session(defaults: Mapping[str, Any], configured: Mapping[str, Any]) -> dict:
+    """The Livy session body a student gets after ``%%configure`` (pure).
+
+    ``configured`` (the ``%%configure`` cell) over ``defaults`` (ops' settings), one level deep
+    for ``conf``: a student may change ``conf["spark.executor.memory"]`` and keeps ops' other
+    ``conf`` entries.
+    """
+    merged = {**copy.deepcopy(dict(defaults)), **copy.deepcopy(dict(configured))}
+    if "conf" in defaults or "conf" in configured:
+        merged["conf"] = {**defaults.get("conf", {}), **configured.get("conf", {})}
+    return merged
+
+
+def sparkmagic_kernelspecs() -> dict[str, dict[str, Any]]:
+    """``kernel.json`` of sparkmagic's remote kernels, by kernelspec name (pure).
+
+    Returns
+    -------
+    dict
+        ``{"sparkmagic-pyspark": {...}, "sparkmagic-spark": {...}}``, each with ``argv``,
+        ``display_name``, ``language``, ``interrupt_mode`` and ``metadata`` as in Jupyter's
+        kernelspec format.
+    """
+    return {
+        name: {
+            "argv": ["python", "-m", module, "-f", "{connection_file}"],
+            "display_name": display,
+            "language": language,
+            "interrupt_mode": "signal",
+            "env": {},
+            "metadata": {"scalelab": {"flavour": "livy"}},
+        }
+        for name, (display, module, language) in SPARKMAGIC_KERNELS.items()
+    }
+
+
+def write_sparkmagic_config(settings: LivySettings, conf_dir: str | Path) -> Path:
+    """Write ``config.json`` for sparkmagic into ``conf_dir`` (its ``SPARKMAGIC_CONF_DIR``).
+
+    Returns
+    -------
+    Path
+        The file written (replaced atomically when present).
+    """
+    folder = Path(conf_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / "config.json"
+    partial = folder / ".config.json.partial"
+    partial.write_text(json.dumps(sparkmagic_config(settings), indent=1, sort_keys=True) + "\n")
+    partial.replace(target)
+    return target
+
+
+def livy_environment(settings: LivySettings) -> dict[str, str]:
+    """The single-user server's environment for Livy (pure): ``SCALELAB_LIVY`` or nothing.
+
+    Returns
+    -------
+    dict
+        ``{"SCALELAB_LIVY": '{"url": ..., "auth": ..., "session_configs": ...}'}`` when
+        ``settings.url`` is set, else ``{}``.
+    """
+    if not settings.url:
+        return {}
+    body = {"url": settings.url, "auth": settings.auth, "session_configs": settings.session_configs}
+    return {envvars.LIVY: json.dumps(body, sort_keys=True)}
+
+
+def settings_from_environment(environ: Mapping[str, str]) -> LivySettings | None:
+    """The :class:`LivySettings` a server got from the hub (``SCALELAB_LIVY``), or None.
+
+    Raises
+    ------
+    traitlets.TraitError, ValueError
+        The variable holds no valid settings (not JSON, unknown keys).
+    """
+    raw = environ.get(envvars.LIVY)
+    if not raw:
+        return None
+    return LivySettings(**json.loads(raw))
+
+
+def prepare_server(settings: LivySettings, state_dir: str | Path) -> tuple[Path, Path]:
+    """Write sparkmagic's ``config.json`` and its kernelspecs under ``state_dir`` (I/O).
+
+    Returns
+    -------
+    tuple of Path
+        ``(sparkmagic conf dir, kernels dir)``: the first is ``SPARKMAGIC_CONF_DIR`` for the
+        kernels, the second a folder of ``<name>/kernel.json`` for the kernelspec manager.
+    """
+    conf_dir = Path(state_dir) / "sparkmagic"
+    write_sparkmagic_config(settings, conf_dir)
+    kernels_dir = Path(state_dir) / "kernels"
+    for name, spec in sparkmagic_kernelspecs().items():
+        (kernels_dir / name).mkdir(parents=True, exist_ok=True)
+        (kernels_dir / name / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
+    return conf_dir, kernels_dir
+
+
+def setup(serverapp: Any) -> list[str]:
+    """Offer sparkmagic's kernels in a single-user server when the hub configured Livy.
+
+    Called by the server extension. Writes sparkmagic's configuration, points
+    ``SPARKMAGIC_CONF_DIR`` at it (kernels inherit the server's environment), and adds the
+    kernelspecs to the server's kernelspec manager and its allow-list. Without sparkmagic
+    installed it logs how to install it and offers nothing.
+
+    Returns
+    -------
+    list of str
+        The kernelspec names added.
+    """
+    import importlib.util
+    import os
+
+    settings = settings_from_environment(os.environ)
+    if settings is None:
+        return []
+    if importlib.util.find_spec("sparkmagic") is None:
+        serverapp.log.error(
+            "ScaleLab: the hub configured Livy (c.LivySettings.url = %s) but sparkmagic is not "
+            "installed in this server's environment: pip install 'scalelab[livy]'",
+            settings.url,
+        )
+        return []
+    home = os.environ.get("HOME") or os.path.expanduser("~")
+    conf_dir, kernels_dir = prepare_server(settings, Path(home) / ".scalelab")
+    os.environ["SPARKMAGIC_CONF_DIR"] = str(conf_dir)
+    ksm = serverapp.kernel_spec_manager
+    ksm.kernel_dirs = [*ksm.kernel_dirs, str(kernels_dir)]
+    names = list(SPARKMAGIC_KERNELS)
+    if ksm.allowed_kernelspecs:
+        ksm.allowed_kernelspecs = {*ksm.allowed_kernelspecs, *names}
+    return names

@@ -1,0 +1,292 @@
+"""Spark failures explained in the notebook: what happened and the exact setting to change.
+
+PySpark reports many memory failures as a Java stack trace or an opaque Py4J error
+("Connection refused", "Answer from Java side is empty"). :func:`explain` (pure) matches the
+failing cell's exception against known patterns and returns an :class:`Explanation` naming the
+Spark setting to change; :func:`install` registers an IPython ``post_run_cell`` hook that prints
+it once, in the failing cell's output, below the usual traceback.
+
+=========================================  =========================================================
+failure                                    setting named
+=========================================  =========================================================
+Java missing / gateway exited at start     ``JAVA_HOME`` (and ``spark.driver.memory`` if invalid)
+driver JVM gone (OOM), opaque Py4J error   ``spark.driver.memory``
+driver heap ``OutOfMemoryError``           ``spark.driver.memory`` (local mode) /
+                                           ``spark.executor.memory`` (executors)
+executor killed for memory overhead        ``spark.executor.memoryOverhead``
+off-heap memory exhausted (off-heap on)    ``spark.memory.offHeap.enabled`` / ``.size``
+Python worker ``MemoryError``              ``spark.executor.pyspark.memory``
+result over ``spark.driver.maxResultSize``  ``spark.driver.maxResultSize``
+=========================================  =========================================================
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scalelab import envvars
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What went wrong in Spark and how to fix it.
+
+    Attributes
+    ----------
+    title
+        One line: what happened.
+    settings
+        The settings to change, most important first (``spark.driver.memory``, ``JAVA_HOME``).
+    fix
+        What to do, with values.
+    """
+
+    title: str
+    settings: tuple[str, ...]
+    fix: str
+
+    def text(self) -> str:
+        """The message printed in the notebook (several lines)."""
+        return (
+            f"ScaleLab: {self.title}\n"
+            f"  Setting to change: {', '.join(self.settings)}\n"
+            f"  Fix: {self.fix}"
+        )
+
+
+def _size(conf: Mapping[str, str], key: str, default: str) -> str:
+    return conf.get(key) or default
+
+
+def _java_missing(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
+    java_home = env.get("JAVA_HOME")
+    where = f"JAVA_HOME={java_home}" if java_home else "JAVA_HOME is not set"
+    return Explanation(
+        "Spark could not start its driver JVM: Java was not found, or it exited at start "
+        f"({where}).",
+        ("JAVA_HOME", "spark.driver.memory"),
+        "install Java 17 (check with `java -version`) and set JAVA_HOME to its folder "
+        "(e.g. /usr/lib/jvm/java-17-openjdk-amd64), or unset a JAVA_HOME that points nowhere; "
+        f"check that spark.driver.memory ({_size(conf, 'spark.driver.memory', '1g')}) is a JVM "
+        "size such as 2g. Then restart the kernel.",
+    )
+
+
+def _driver_gone(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
+    memory = _size(conf, "spark.driver.memory", "1g")
+    return Explanation(
+        "the Spark driver JVM is gone (the Py4J connection to it failed). This is almost "
+        "always the driver running out of memory: collect()/toPandas() of a large result, a "
+        "large broadcast, or (in local mode) a task's data in the driver's heap.",
+        ("spark.driver.memory",),
+        f"raise spark.driver.memory (now {memory}): choose a larger 'Spark driver memory' in "
+        "the spawn form and restart the server, or bring less data to the driver (.limit(n), "
+        "aggregate first, write results to the store). Restart the kernel to get a new `spark`.",
+    )
+
+
+def _heap(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
+    local = conf.get("spark.master", "local").startswith("local")
+    executor = not local and re.search(r"executor|ExecutorLostFailure|in stage", text, re.I)
+    if executor:
+        memory = _size(conf, "spark.executor.memory", "1g")
+        return Explanation(
+            "a Spark executor ran out of Java heap memory (java.lang.OutOfMemoryError).",
+            ("spark.executor.memory",),
+            f"raise spark.executor.memory (now {memory}), or use more, smaller partitions "
+            "(df.repartition(n)) so each task holds less.",
+        )
+    memory = _size(conf, "spark.driver.memory", "1g")
+    return Explanation(
+        "the Spark driver ran out of Java heap memory (java.lang.OutOfMemoryError)"
+        + (" -- in local mode the tasks run inside the driver too." if local else "."),
+        ("spark.driver.memory",),
+        f"raise spark.driver.memory (now {memory}) with the spawn form's 'Spark driver memory' "
+        "and restart the server, or bring less data to the driver (.limit(n), aggregate first).",
+    )
+
+
+def _overhead(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
+    overhead = conf.get("spark.executor.memoryOverhead") or "max(384m, 10% of executor memory)"
+    return Explanation(
+        "a Spark executor was killed by its cluster manager for using more memory than its "
+        "container allows (heap + memory overhead): Python workers, Arrow buffers and other "
+        "native memory count against spark.executor.memoryOverhead.",
+        ("spark.executor.memoryOverhead",),
+        f"raise spark.executor.memoryOverhead (now {overhead}), e.g. to 1g or 2g, when you "
+        "create the session; or use more, smaller partitions.",
+    )
+
+
+def _off_heap(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
+    enabled = conf.get("spark.memory.offHeap.enabled", "false")
+    size = conf.get("spark.memory.offHeap.size", "0")
+    if enabled.lower() != "true" and not re.search(r"Direct buffer memory|off-?heap", text, re.I):
+        # Spark's execution memory on the heap ran out (the same error without off-heap).
+        return _heap(text, conf, env)
+    return Explanation(
+        "Spark ran out of off-heap memory (memory outside the Java heap that Spark manages "
+        "itself, or direct buffers).",
+        ("spark.memory.offHeap.enabled", "spark.memory.offHeap.size"),
+        f"with spark.memory.offHeap.enabled={enabled}, spark.memory.offHeap.size={size}: set "
+        "spark.memory.offHeap.enabled=true and raise spark.memory.offHeap.size (e.g. 1g), or "
+        "set spark.memory.offHeap.enabled=false to use the heap; on a cluster, the container "
+        "must fit it too (spark.executor.memoryOverhead).",
+    )
+
+
+def _python_worker(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
+    limit = conf.get("spark.executor.pyspark.memory") or "unlimited"
+    return Explanation(
+        "a Python worker of a Spark task ran out of memory (MemoryError in a UDF, map or "
+        "pandas function).",
+        ("spark.executor.pyspark.memory", "spark.executor.memoryOverhead"),
+        f"raise spark.executor.pyspark.memory (now {limit}) -- on a cluster it is part of "
+        "the executor's spark.executor.memoryOverhead, raise that too -- or process smaller "
+        "pieces per task (more partitions).",
+    )
+
+
+def _max_result(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
+    limit = _size(conf, "spark.driver.maxResultSize", "1g")
+    return Explanation(
+        "the result of collect()/toPandas() is larger than spark.driver.maxResultSize "
+        f"({limit}), so Spark aborted the job to protect the driver.",
+        ("spark.driver.maxResultSize", "spark.driver.memory"),
+        "bring less data to the driver (.limit(n), .sample(), aggregate first, or write the "
+        "result to the store with .write.parquet(...)); or raise spark.driver.maxResultSize "
+        "(spark.stop(), then spark = SparkSession.builder.config("
+        "'spark.driver.maxResultSize', '2g').getOrCreate()), keeping it below "
+        "spark.driver.memory "
+        f"({_size(conf, 'spark.driver.memory', '1g')}).",
+    )
+
+
+_Rule = Callable[[str, Mapping[str, str], Mapping[str, str]], Explanation]
+
+#: (pattern over "<exception type>: <message>", explanation builder), first match wins.
+RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
+    (re.compile(r"spark\.driver\.maxResultSize", re.I), _max_result),
+    (re.compile(r"JAVA_GATEWAY_EXITED|Java gateway process exited|JAVA_HOME", re.I), _java_missing),
+    (
+        re.compile(
+            r"memoryOverhead|exceeding (physical )?memory limits|Container killed"
+            r"|exit(ed)? (with )?(code|status) 137|OOMKilled",
+            re.I,
+        ),
+        _overhead,
+    ),
+    (
+        re.compile(
+            r"off-?heap|Direct buffer memory|SparkOutOfMemoryError.*(Unable to acquire|"
+            r"MemoryConsumer)",
+            re.I | re.S,
+        ),
+        _off_heap,
+    ),
+    (
+        re.compile(
+            r"OutOfMemoryError|GC overhead limit exceeded|INVALID_DRIVER_MEMORY|"
+            r"INVALID_EXECUTOR_MEMORY",
+            re.I,
+        ),
+        _heap,
+    ),
+    (re.compile(r"PythonException.*\bMemoryError\b", re.S), _python_worker),
+    (
+        re.compile(
+            r"Py4JNetworkError|Answer from Java side is empty|Error while (sending|receiving)"
+            r"|ConnectionRefusedError.*py4j|py4j.*ConnectionRefusedError"
+            r"|SparkContext (was|has been) shut ?down|stopped SparkContext"
+            r"|return value of \"org\.apache\.spark\.SparkContext\.\w+\(\)\" is null",
+            re.I | re.S,
+        ),
+        _driver_gone,
+    ),
+)
+
+
+def describe(exc: BaseException) -> str:
+    """``"<type names>: <message>"`` of an exception and its causes, for :func:`explain`.
+
+    The type names of the whole MRO are included (``Py4JNetworkError``, ``PythonException``),
+    and for a ``ConnectionRefusedError`` raised inside py4j the traceback's module names, so
+    an opaque "connection refused" from a dead driver can be told from any other.
+    """
+    parts = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        names = " ".join(c.__name__ for c in type(current).__mro__)
+        modules = []
+        tb = current.__traceback__
+        while tb is not None:
+            modules.append(tb.tb_frame.f_globals.get("__name__", ""))
+            tb = tb.tb_next
+        parts.append(f"{names}: {current} [{' '.join(dict.fromkeys(modules))}]")
+        current = current.__cause__ or current.__context__
+    return "\n".join(parts)
+
+
+def explain(
+    description: str, conf: Mapping[str, str], environ: Mapping[str, str]
+) -> Explanation | None:
+    """The explanation of a failure, or None when it is not a Spark failure we know (pure).
+
+    Parameters
+    ----------
+    description
+        The exception as :func:`describe` gives it (type names, message, Java stack trace).
+    conf
+        The session's Spark settings (for the current values in the fix).
+    environ
+        The kernel's environment (``JAVA_HOME``).
+    """
+    for pattern, rule in RULES:
+        if pattern.search(description):
+            return rule(description, conf, environ)
+    return None
+
+
+def _session_conf(namespace: Mapping[str, Any]) -> dict[str, str]:
+    conf: dict[str, str] = {
+        "spark.master": os.environ.get(envvars.SPARK_MASTER) or "local[*]",
+        "spark.driver.memory": os.environ.get(envvars.SPARK_DRIVER_MEMORY) or "1g",
+    }
+    try:
+        from pyspark import SparkContext
+
+        active = SparkContext._active_spark_context
+        if active is not None:
+            conf.update(dict(active._conf.getAll()))
+    except Exception:  # noqa: BLE001 -- a dead JVM: the hub's settings are the best we have
+        pass
+    return conf
+
+
+def install(shell: Any, namespace: Mapping[str, Any]) -> None:
+    """Print an :class:`Explanation` below each cell that failed with a known Spark failure.
+
+    Parameters
+    ----------
+    shell
+        The kernel's ``InteractiveShell``; a ``post_run_cell`` hook is registered on it.
+    namespace
+        The notebook's globals.
+    """
+
+    def hook(result: Any) -> None:
+        error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
+        if error is None:
+            return
+        explanation = explain(describe(error), _session_conf(namespace), os.environ)
+        if explanation is not None:
+            print(explanation.text(), file=sys.stderr)
+
+    shell.events.register("post_run_cell", hook)

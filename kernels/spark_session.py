@@ -1,0 +1,335 @@
+"""The PySpark kernel's ``spark``: built in a background thread, so the first cell never waits.
+
+At kernel start :func:`begin` starts a thread that builds the ``SparkSession`` (about 10 s on a
+small machine) and puts a :class:`LazySparkSession` in the notebook as ``spark`` (and a lazy
+``sc``). A cell that does not touch ``spark`` runs at once; the first attribute access waits for
+the session and then behaves exactly like it. Before each later cell, ``spark``/``sc`` are
+swapped for the real objects (unless the student rebound the names).
+
+The session is configured from the hub (``SCALELAB_SPARK_MASTER``, ``SCALELAB_SPARK_DRIVER_MEMORY``,
+see :mod:`scalelab.envvars`) with, in addition:
+
+- a Spark UI port of its own (``spark.ui.port``, a free port chosen at start, so many users'
+  drivers on one machine never collide) and, under JupyterHub, ``spark.ui.proxyBase`` =
+  ``/user/<name>/proxy/<port>``, so the UI opens through the hub's proxy and
+  jupyter-server-proxy;
+- the driver's log4j log written to ``<log dir>/spark-driver-<pid>.log``
+  (:func:`scalelab.hub_ext.logstream.log_dir`), which the server extension streams live.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+from collections.abc import Callable, Mapping, MutableMapping
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from scalelab import envvars
+from scalelab.kernels.startup import DEFAULT_DRIVER_MEMORY, DEFAULT_SPARK_MASTER, spark_conf
+
+#: log4j2 configuration of the driver: WARN and above to the console (the kernel's stderr, hence
+#: the server's log) and INFO and above to the driver's log file.
+LOG4J2_TEMPLATE = """\
+rootLogger.level = info
+rootLogger.appenderRef.console.ref = console
+rootLogger.appenderRef.file.ref = file
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.filter.threshold.type = ThresholdFilter
+appender.console.filter.threshold.level = warn
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n%ex
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log_file}
+appender.file.immediateFlush = true
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yyyy-MM-dd HH:mm:ss.SSS}} %p %c{{1}}: %m%n%ex
+logger.jetty.name = org.sparkproject.jetty
+logger.jetty.level = warn
+"""
+
+
+class SparkStartError(RuntimeError):
+    """The kernel's SparkSession could not be created; ``__cause__`` is PySpark's own error."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now (the OS picks it), for ``spark.ui.port``."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def driver_conf(
+    *,
+    ui_port: int | None = None,
+    service_prefix: str = "",
+    log4j_file: str | None = None,
+) -> dict[str, str]:
+    """Spark settings the kernel adds to :func:`scalelab.kernels.startup.spark_conf` (pure).
+
+    Parameters
+    ----------
+    ui_port
+        ``spark.ui.port`` of this driver; None leaves Spark's default (4040 and up).
+    service_prefix
+        ``JUPYTERHUB_SERVICE_PREFIX`` of the single-user server (``/user/alice/``); when set, the
+        UI is served through ``<prefix>proxy/<ui_port>`` (``spark.ui.proxyBase``).
+    log4j_file
+        A log4j2 properties file for the driver JVM (``-Dlog4j2.configurationFile``).
+
+    Returns
+    -------
+    dict
+        ``spark.*`` keys -> values.
+    """
+    conf: dict[str, str] = {}
+    if ui_port is not None:
+        conf["spark.ui.port"] = str(ui_port)
+        if service_prefix:
+            conf["spark.ui.proxyBase"] = ui_proxy_path(service_prefix, ui_port).rstrip("/")
+    if log4j_file is not None:
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j_file}"
+    return conf
+
+
+def ui_proxy_path(service_prefix: str, port: int) -> str:
+    """Path of a Spark UI through jupyter-server-proxy.
+
+    ``("/user/alice/", 4041)`` -> ``"/user/alice/proxy/4041/"``.
+    """
+    return f"{service_prefix.rstrip('/')}/proxy/{port}/"
+
+
+def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, str]:
+    """The kernel session's settings from its environment (I/O: picks a port, writes log4j2).
+
+    Parameters
+    ----------
+    environ
+        The kernel's environment: ``SCALELAB_SPARK_MASTER``, ``SCALELAB_SPARK_DRIVER_MEMORY``,
+        ``JUPYTERHUB_USER``, ``JUPYTERHUB_SERVICE_PREFIX``.
+    log_dir
+        Where the driver's log goes (``spark-driver-<pid>.log``); None: console only.
+    """
+    log4j_file = None
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_file = log_dir / f"spark-driver-{os.getpid()}.log"
+        props = log_dir / f".spark-driver-{os.getpid()}.log4j2.properties"
+        props.write_text(LOG4J2_TEMPLATE.format(log_file=log_file))
+        log4j_file = str(props)
+    user = environ.get("JUPYTERHUB_USER") or environ.get("USER") or "notebook"
+    conf = spark_conf(
+        environ.get(envvars.SPARK_MASTER) or DEFAULT_SPARK_MASTER,
+        environ.get(envvars.SPARK_DRIVER_MEMORY) or DEFAULT_DRIVER_MEMORY,
+        f"scalelab-{user}",
+    )
+    conf.update(
+        driver_conf(
+            ui_port=free_port(),
+            service_prefix=environ.get("JUPYTERHUB_SERVICE_PREFIX", ""),
+            log4j_file=log4j_file,
+        )
+    )
+    return conf
+
+
+def build_session(conf: Mapping[str, str]) -> Any:
+    """Create a SparkSession with ``conf`` (blocking: starts the JVM).
+
+    Returns
+    -------
+    pyspark.sql.SparkSession
+
+    Raises
+    ------
+    SparkStartError
+        Whatever PySpark raised when the JVM could not start (Java missing, a bad setting),
+        as ``__cause__``.
+    """
+    # Executors run Python workers: make them use this kernel's interpreter, not python3 on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    try:
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder
+        for key, value in conf.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        if "log4j2.configurationFile" not in conf.get("spark.driver.extraJavaOptions", ""):
+            # Spark's own log4j2 defaults: keep the notebook quiet. (Ours already send only
+            # WARN to the console, and INFO to the driver's log file.)
+            session.sparkContext.setLogLevel("WARN")
+    except Exception as exc:  # reported as the reason `spark` is unavailable
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise SparkStartError(f"Spark did not start: {type(exc).__name__}: {first}") from exc
+    return session
+
+
+class LazySparkSession:
+    """Stands for a SparkSession being built in a background thread.
+
+    Any attribute access (``spark.read``, ``spark.range(5)``) waits for the session and is
+    then forwarded to it; :meth:`wait` returns the session itself. If the session could not be
+    built, each access raises :class:`SparkStartError` (the explanation of the cause is printed
+    by :mod:`scalelab.kernels.spark_errors`).
+    """
+
+    def __init__(self, factory: Callable[[], Any], name: str = "scalelab-spark-start"):
+        self._future: Future = Future()
+        self._future.set_running_or_notify_cancel()
+        thread = threading.Thread(target=self._run, args=(factory,), name=name, daemon=True)
+        thread.start()
+
+    def _run(self, factory: Callable[[], Any]) -> None:
+        try:
+            self._future.set_result(factory())
+        except BaseException as exc:  # noqa: BLE001 -- handed to whoever touches `spark`
+            self._future.set_exception(exc)
+
+    def done(self) -> bool:
+        """True once the session is built (or failed)."""
+        return self._future.done()
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """The SparkSession, waiting up to ``timeout`` seconds (None: as long as it takes).
+
+        Raises
+        ------
+        SparkStartError
+            The session could not be built.
+        TimeoutError
+            Not built within ``timeout``.
+        """
+        return self._future.result(timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.wait(), name)
+
+    def __repr__(self) -> str:
+        if not self.done():
+            return "<SparkSession starting in the background; touching `spark` waits for it>"
+        if self._future.exception() is not None:
+            return f"<SparkSession unavailable: {self._future.exception()}>"
+        return repr(self.wait())
+
+    def _repr_html_(self) -> str | None:
+        if self.done() and self._future.exception() is None:
+            return self.wait()._repr_html_()
+        return None
+
+
+class LazySparkContext:
+    """``sc`` while ``spark`` is being built: attribute access waits for ``spark.sparkContext``."""
+
+    def __init__(self, session: LazySparkSession):
+        self._session = session
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._session.wait().sparkContext, name)
+
+    def __repr__(self) -> str:
+        if self._session.done() and self._session._future.exception() is None:
+            return repr(self._session.wait().sparkContext)
+        return "<SparkContext starting in the background; touching `sc` waits for it>"
+
+
+def ui_url(session: Any, environ: Mapping[str, str]) -> str | None:
+    """Where the student opens this driver's Spark UI.
+
+    Returns
+    -------
+    str or None
+        ``/user/<name>/proxy/<port>/`` under JupyterHub (a path on the hub's address),
+        ``http://127.0.0.1:<port>/`` otherwise; None when the UI is off.
+    """
+    web_url = session.sparkContext.uiWebUrl
+    if not web_url:
+        return None
+    port = int(web_url.rsplit(":", 1)[1].split("/")[0])
+    prefix = environ.get("JUPYTERHUB_SERVICE_PREFIX", "")
+    return ui_proxy_path(prefix, port) if prefix else f"http://127.0.0.1:{port}/"
+
+
+def ready_line(session: Any, environ: Mapping[str, str]) -> str:
+    """The line that tells the notebook Spark is ready, and where its UI is.
+
+    If another process took the chosen ``spark.ui.port`` between the choice and Spark's bind
+    (Spark then moves to the next port), the UI's links do not match ``spark.ui.proxyBase``: the
+    line says so and how to get a fresh port.
+    """
+    url = ui_url(session, environ)
+    line = f"Spark {session.version} is ready ({session.sparkContext.master})"
+    if not url:
+        return line
+    line += f"; Spark UI: {url}"
+    wanted = session.conf.get("spark.ui.port", None)
+    if wanted and f"/{wanted}/" not in url and f":{wanted}/" not in url:
+        line += (
+            f" (port {wanted} was taken meanwhile, so the UI's links may be broken; "
+            "restart the kernel for a new port)"
+        )
+    return line
+
+
+def begin(namespace: MutableMapping[str, Any], shell: Any, log_dir: Path | None) -> str:
+    """Start building ``spark`` in the background; put ``spark``/``sc`` in ``namespace``.
+
+    Parameters
+    ----------
+    namespace
+        The notebook's globals.
+    shell
+        The IPython shell (None outside a kernel): before each cell, ready lazy names are
+        swapped for the real session, and a line tells the notebook the Spark UI URL once.
+    log_dir
+        Folder of the driver's log (see :func:`session_conf`).
+
+    Returns
+    -------
+    str
+        The banner line about Spark.
+    """
+    environ = dict(os.environ)
+    conf = session_conf(environ, log_dir)
+    lazy = LazySparkSession(lambda: build_session(conf))
+    namespace["spark"] = lazy
+    namespace["sc"] = LazySparkContext(lazy)
+    if shell is not None:
+        _swap_when_ready(shell, namespace, lazy, environ)
+    return (
+        f"spark: {conf['spark.master']} with spark.driver.memory={conf['spark.driver.memory']}, "
+        "starting in the background (as `spark` and `sc`; the first use waits for it)"
+    )
+
+
+def _swap_when_ready(
+    shell: Any, namespace: MutableMapping[str, Any], lazy: LazySparkSession, environ: Mapping
+) -> None:
+    def swap(*_args: Any) -> None:
+        if not lazy.done():
+            return
+        shell.events.unregister("post_run_cell", swap)
+        try:
+            session = lazy.wait()
+        except Exception:  # noqa: BLE001 -- explained when a cell touches `spark`
+            return
+        if namespace.get("spark") is lazy:
+            namespace["spark"] = session
+        if isinstance(namespace.get("sc"), LazySparkContext):
+            namespace["sc"] = session.sparkContext
+        print(ready_line(session, environ), file=sys.stderr)
+
+    shell.events.register("post_run_cell", swap)

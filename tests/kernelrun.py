@@ -1,0 +1,53 @@
+"""A ScaleLab kernel started directly through jupyter_client (no hub), for kernel-level tests."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
+
+
+class Kernel:
+    """One running kernel of kernelspec ``name`` with environment ``env``; use as a context."""
+
+    def __init__(self, name: str, env: Mapping[str, str], cwd: str | None = None):
+        # Kernelspecs from the kernel's JUPYTER_PATH (the test process's may differ).
+        dirs = [f"{d}/kernels" for d in env.get("JUPYTER_PATH", "").split(os.pathsep) if d]
+        ksm = KernelSpecManager(kernel_dirs=dirs) if dirs else KernelSpecManager()
+        self.km = KernelManager(kernel_name=name, kernel_spec_manager=ksm)
+        self.env = dict(env)
+        self.cwd = cwd
+        self.started_at = 0.0
+
+    def __enter__(self) -> Kernel:
+        self.started_at = time.monotonic()
+        self.km.start_kernel(env=self.env, cwd=self.cwd)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=180)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+    def run(self, code: str, timeout_s: float = 300) -> dict:
+        """Execute ``code``; returns ``stdout``, ``stderr``, ``result`` (text/plain or None),
+        ``error`` ((ename, evalue) or None) and ``status``."""
+        out: dict = {"stdout": "", "stderr": "", "result": None, "error": None}
+
+        def hook(msg: dict) -> None:
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                out[content["name"]] += content["text"]
+            elif kind == "execute_result":
+                out["result"] = content["data"].get("text/plain")
+            elif kind == "error":
+                out["error"] = (content["ename"], content["evalue"])
+
+        reply = self.kc.execute_interactive(code, timeout=timeout_s, output_hook=hook)
+        out["status"] = reply["content"]["status"]
+        return out

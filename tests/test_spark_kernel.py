@@ -1,0 +1,198 @@
+"""The PySpark kernel for real (jupyter_client, ipykernel, local Spark): `spark` does not block the
+first cell, the Spark UI and driver log are wired, and each Spark failure is explained once, below
+the failing cell, naming the setting to change."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.kernelrun import Kernel
+
+pytestmark = pytest.mark.integration
+
+EXPLANATION = "ScaleLab: "
+
+
+def _env(kernel_environment: dict[str, str], tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {**kernel_environment, "SCALELAB_LOG_DIR": str(tmp_path / "logs"), **extra}
+
+
+def test_first_cell_runs_while_spark_starts_then_spark_works(
+    kernel_environment: dict[str, str], tmp_path: Path
+):
+    env = _env(kernel_environment, tmp_path, SCALELAB_GPUS="GPU-fake-0000")
+    with Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as kernel:
+        first = kernel.run("type(spark).__name__, spark.done(), 6 * 7")
+        # The session takes seconds to build; the first cell did not wait for it.
+        assert first["result"] == "('LazySparkSession', False, 42)"
+        assert "ScaleLab pyspark kernel: GPUs: GPU-fake-0000" in first["stderr"]
+        assert "starting in the background" in first["stderr"]
+
+        counted = kernel.run("spark.range(1000).selectExpr('sum(id)').first()[0]")
+        assert counted["result"] == "499500", counted
+        ui = re.search(r"Spark UI: http://127\.0\.0\.1:(\d+)/", counted["stderr"])
+        assert ui, counted["stderr"]
+        assert counted["stderr"].count("Spark UI:") == 1
+
+        after = kernel.run(
+            "type(spark).__name__, spark.conf.get('spark.ui.port'), sc.master, "
+            "spark.conf.get('spark.driver.memory')"
+        )
+        assert after["result"] == f"('SparkSession', '{ui.group(1)}', 'local[2]', '1g')"
+        assert "Spark UI" not in after["stderr"]
+
+        logs = list((tmp_path / "logs").glob("spark-driver-*.log"))
+        assert len(logs) == 1
+        assert "INFO SparkContext: Running Spark version" in logs[0].read_text()
+
+
+def test_store_is_the_same_for_spark_and_fsspec(kernel_environment: dict[str, str], tmp_path: Path):
+    env = _env(kernel_environment, tmp_path)
+    with Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as kernel:
+        out = kernel.run(
+            "from scalelab.store import store_url\n"
+            "df = spark.createDataFrame([(1, 'a'), (2, 'b')], 'k int, v string')\n"
+            "df.write.mode('overwrite').parquet(store_url('home/tester/kv'))\n"
+            "names = store.ls('home/tester/kv', detail=False)\n"
+            "sorted(p.rsplit('/', 1)[-1].split('-')[0] for p in names"
+            " if p.endswith('.parquet'))[:1], "
+            "spark.read.parquet(store_url('home/tester/kv')).count()"
+        )
+        assert out["error"] is None, out
+        assert out["result"] == "(['part'], 2)"
+
+
+def test_java_missing_is_explained_and_the_kernel_lives(
+    kernel_environment: dict[str, str], tmp_path: Path
+):
+    env = _env(kernel_environment, tmp_path, JAVA_HOME=str(tmp_path / "no-java-here"))
+    with Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as kernel:
+        out = kernel.run("spark.range(3).count()")
+        assert out["error"][0] == "SparkStartError"
+        assert out["stderr"].count(EXPLANATION) == 1
+        assert "Setting to change: JAVA_HOME" in out["stderr"]
+        assert f"JAVA_HOME={tmp_path / 'no-java-here'}" in out["stderr"]
+        assert kernel.run("1 + 1")["result"] == "2"
+        assert kernel.km.is_alive()
+
+
+def test_max_result_size_python_worker_off_heap_and_a_dead_driver(
+    kernel_environment: dict[str, str], tmp_path: Path
+):
+    env = _env(kernel_environment, tmp_path)
+    with Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as kernel:
+        # What the explanation tells the student to do, with a tiny limit.
+        rebuilt = kernel.run(
+            "spark.stop()\n"
+            "from pyspark.sql import SparkSession\n"
+            "spark = (SparkSession.builder.config('spark.driver.maxResultSize', '1m')"
+            ".config('spark.executor.pyspark.memory', '64m').getOrCreate())\n"
+            "spark.conf.get('spark.driver.maxResultSize')"
+        )
+        assert rebuilt["result"] == "'1m'", rebuilt
+
+        big = kernel.run(
+            "rows = spark.range(0, 2_000_000, numPartitions=4)"
+            ".selectExpr('id', \"repeat('x', 20) as s\").collect()"
+        )
+        assert big["error"] is not None
+        assert big["stderr"].count(EXPLANATION) == 1
+        assert "Setting to change: spark.driver.maxResultSize" in big["stderr"]
+        assert "(1m)" in big["stderr"]
+
+        pandas = kernel.run(
+            "pdf = spark.range(0, 2_000_000, numPartitions=4)"
+            ".selectExpr('id', \"repeat('x', 20) as s\").toPandas()"
+        )
+        assert "Setting to change: spark.driver.maxResultSize" in pandas["stderr"]
+
+        worker = kernel.run(
+            "spark.sparkContext.parallelize(range(2), 2)"
+            ".map(lambda _: len(bytearray(512 * 1024 * 1024))).collect()"
+        )
+        assert worker["error"][0] == "PythonException"
+        assert worker["stderr"].count(EXPLANATION) == 1
+        assert "Setting to change: spark.executor.pyspark.memory" in worker["stderr"]
+
+        # Off-heap execution memory too small for an aggregation.
+        off_heap = kernel.run(
+            "spark.stop()\n"
+            "spark = (SparkSession.builder.config('spark.memory.offHeap.enabled', 'true')"
+            ".config('spark.memory.offHeap.size', '1m').getOrCreate())\n"
+            "spark.range(0, 3_000_000, numPartitions=1)"
+            ".selectExpr('id % 1000000 as k', \"repeat('x', 50) as v\")"
+            ".groupBy('k').agg({'v': 'max'}).count()"
+        )
+        assert off_heap["error"] is not None
+        assert off_heap["stderr"].count(EXPLANATION) == 1
+        assert (
+            "Setting to change: spark.memory.offHeap.enabled, spark.memory.offHeap.size"
+            in off_heap["stderr"]
+        )
+        assert "spark.memory.offHeap.size=1m" in off_heap["stderr"]
+
+        fine = kernel.run("spark.range(10).count()")
+        assert fine["result"] == "10" and EXPLANATION not in fine["stderr"]
+
+        # The driver JVM dies (as after an OutOfMemoryError kill): the next call is an opaque
+        # "Connection refused" from Py4J.
+        kernel.run(
+            "spark.sparkContext._gateway.proc.kill(); spark.sparkContext._gateway.proc.wait()"
+        )
+        dead = kernel.run("spark.range(3).count()")
+        assert dead["error"] is not None
+        assert dead["stderr"].count(EXPLANATION) == 1
+        assert "Setting to change: spark.driver.memory" in dead["stderr"]
+        assert kernel.km.is_alive()
+
+
+def test_driver_out_of_memory_is_explained(kernel_environment: dict[str, str], tmp_path: Path):
+    env = _env(
+        kernel_environment,
+        tmp_path,
+        SCALELAB_SPARK_MASTER="local[1]",
+        SCALELAB_SPARK_DRIVER_MEMORY="512m",
+    )
+    with Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as kernel:
+        out = kernel.run(
+            "spark.range(0, 40_000_000, numPartitions=1).selectExpr(\"repeat('x', 100) as s\")"
+            ".selectExpr('collect_list(s) as l').collect()",
+            timeout_s=600,
+        )
+        assert out["error"] is not None
+        assert out["stderr"].count(EXPLANATION) == 1
+        assert "Setting to change: spark.driver.memory" in out["stderr"]
+        assert "now 512m" in out["stderr"]
+
+
+def test_tensorflow_kernel_says_memory_growth_is_on(
+    kernel_environment: dict[str, str], tmp_path: Path
+):
+    with Kernel("scalelab-tensorflow", _env(kernel_environment, tmp_path)) as kernel:
+        out = kernel.run("import os; os.environ['TF_FORCE_GPU_ALLOW_GROWTH']")
+        assert out["result"] == "'true'"
+        assert "ScaleLab tensorflow kernel: CPU only" in out["stderr"]
+        assert "GPU memory growth on" in out["stderr"]
+
+
+def test_two_drivers_on_one_machine_get_their_own_ui(
+    kernel_environment: dict[str, str], tmp_path: Path
+):
+    env = _env(kernel_environment, tmp_path)
+    with (
+        Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as first,
+        Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as second,
+    ):
+        ports = []
+        for kernel in (first, second):
+            out = kernel.run("spark.sparkContext.uiWebUrl.rsplit(':', 1)[1]")
+            assert out["error"] is None, out
+            ports.append(int(out["result"].strip("'")))
+        assert ports[0] != ports[1]
+        for port in ports:
+            page = requests.get(f"http://127.0.0.1:{port}/jobs/", timeout=60)
+            assert page.status_code == 200 and "Spark Jobs" in page.text

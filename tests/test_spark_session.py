@@ -1,0 +1,43 @@
+"""The PySpark kernel's session settings (pure parts, and the files they write)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scalelab.kernels.spark_session import driver_conf, session_conf, ui_proxy_path
+
+
+def test_ui_goes_through_the_servers_proxy_under_a_hub():
+    conf = driver_conf(ui_port=41234, service_prefix="/user/alice/")
+    assert conf == {"spark.ui.port": "41234", "spark.ui.proxyBase": "/user/alice/proxy/41234"}
+    assert ui_proxy_path("/user/alice/", 41234) == "/user/alice/proxy/41234/"
+    assert driver_conf(ui_port=41234) == {"spark.ui.port": "41234"}  # no hub: no proxy base
+    assert driver_conf() == {}
+
+
+def test_session_conf_from_the_hub_with_a_port_and_a_driver_log(tmp_path: Path):
+    env = {
+        "SCALELAB_SPARK_MASTER": "spark://m:7077",
+        "SCALELAB_SPARK_DRIVER_MEMORY": "4g",
+        "JUPYTERHUB_USER": "alice",
+        "JUPYTERHUB_SERVICE_PREFIX": "/user/alice/",
+    }
+    conf = session_conf(env, tmp_path / "logs")
+    assert conf["spark.master"] == "spark://m:7077"
+    assert conf["spark.driver.memory"] == "4g"
+    assert conf["spark.app.name"] == "scalelab-alice"
+    port = int(conf["spark.ui.port"])
+    assert 0 < port < 65536
+    assert conf["spark.ui.proxyBase"] == f"/user/alice/proxy/{port}"
+    props = conf["spark.driver.extraJavaOptions"].split("file:", 1)[1]
+    text = Path(props).read_text()
+    assert f"appender.file.fileName = {tmp_path / 'logs'}/spark-driver-" in text
+    assert "appender.console.filter.threshold.level = warn" in text
+
+
+def test_without_hub_settings_the_defaults_and_no_log_file():
+    conf = session_conf({}, None)
+    assert conf["spark.master"] == "local[*]"
+    assert conf["spark.driver.memory"] == "1g"
+    assert "spark.driver.extraJavaOptions" not in conf
+    assert "spark.ui.proxyBase" not in conf
