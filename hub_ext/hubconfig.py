@@ -125,5 +125,7 @@ def config_file_text(s: UpSettings, operator_config: str | None) -> str:
     lines += [
         "from scalelab.spawner.gpu_spawner import validate_config",
         "validate_config(c)  # a misspelt GPU setting stops the hub here, with its name",
+        "from scalelab.hub_ext.culling import configure_culling",
+        "configure_culling(c)  # the idle culler and the GPU monitor, as hub services",
     ]
     return "\n".join(lines) + "\n"

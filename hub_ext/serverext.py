@@ -17,6 +17,9 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
+    from scalelab.hub_ext import notices
+
+    notices.setup(serverapp)  # POST /scalelab/api/notice: warnings from the hub to the student
     try:
         copied = distribute_labs(serverapp.root_dir)
     except OSError as exc:

@@ -156,4 +156,16 @@ def start(flavour: str, namespace: MutableMapping[str, Any]) -> None:
         shell = get_ipython()
         if shell is not None:
             _warn_before_cells(shell)
+    _show_notices()
     print("\n".join(lines))
+
+
+def _show_notices() -> None:
+    """Print the hub's notices to the student (an idle-GPU warning) before the next cell."""
+    from IPython import get_ipython
+
+    from scalelab.kernels import notices
+
+    shell = get_ipython()
+    if shell is not None:
+        notices.install(shell)

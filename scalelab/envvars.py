@@ -24,3 +24,5 @@ DATA_MIRROR = "SCALELAB_DATA_MIRROR"
 STATE_DIR = "SCALELAB_STATE_DIR"
 #: Password of ``scalelab up``'s demo login; generated when unset.
 PASSWORD = "SCALELAB_PASSWORD"
+#: File holding the latest notice to the student (set by the server extension for its kernels).
+NOTICE_FILE = "SCALELAB_NOTICE_FILE"
