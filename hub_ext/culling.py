@@ -83,6 +83,11 @@ class Decision:
     reason: str
 
 
+def _duration(seconds: float) -> str:
+    """``"45 s"`` under two minutes, else ``"12 min"``."""
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
 def decide(
     obs: ServerObservation,
     rules: IdleRules,
@@ -125,15 +130,15 @@ def decide(
     if idle_s >= rules.gpu_idle_timeout_s:
         reason = (
             f"its GPU(s) {held} stayed at or under {rules.busy_threshold_pct:g} % for "
-            f"{idle_s / 60:.0f} min (limit {rules.gpu_idle_timeout_s / 60:g} min)"
+            f"{_duration(idle_s)} (limit {_duration(rules.gpu_idle_timeout_s)})"
         )
         return Decision(active, STOP, since, reason)
     left = rules.gpu_idle_timeout_s - idle_s
     if left <= rules.gpu_idle_warning_s and not warned:
         reason = (
             f"Your GPU(s) {held} have been idle (at or under {rules.busy_threshold_pct:g} %) "
-            f"for {idle_s / 60:.0f} min. Your server will be stopped in about "
-            f"{max(1, round(left / 60))} min to return the GPU to the queue; your files are "
+            f"for {_duration(idle_s)}. Your server will be stopped in about "
+            f"{_duration(left)} to return the GPU to the queue; your files are "
             "kept. Run GPU work, or save and stop the server yourself."
         )
         return Decision(active, WARN, since, reason)

@@ -55,6 +55,8 @@ class Monitor:
     memory: dict[str, ServerMemory] = field(default_factory=dict)
     session: requests.Session = field(default_factory=requests.Session)
 
+    _fake_seen: dict[str, float] | None = None
+
     def __post_init__(self) -> None:
         self.session.headers["Authorization"] = f"token {self.token}"
 
@@ -94,7 +96,11 @@ class Monitor:
                     "FAKE utilisation file %s unreadable: %s", self.fake_utilization_file, exc
                 )
             else:
-                log.info("using FAKE GPU utilisation from %s: %s", self.fake_utilization_file, fake)
+                if fake != self._fake_seen:
+                    log.warning(
+                        "FAKE GPU utilisation from %s: %s", self.fake_utilization_file, fake
+                    )
+                self._fake_seen = fake
         held: dict[str, tuple[list[str], dict[str, float]]] = {}
         for gpu in board["gpus"]:
             if not gpu["holder"]:

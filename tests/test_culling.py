@@ -68,6 +68,8 @@ def test_warning_and_stop_reasons_name_the_gpu_the_time_and_that_files_are_kept(
     assert "stopped in about 10 min" in warn.reason and "files are kept" in warn.reason
     stop = decide(ServerObservation(False, (G0,), {G0: 1}), RULES, T, T - 2400, True)
     assert "stayed at or under 5 % for 40 min (limit 30 min)" in stop.reason
+    soon = decide(ServerObservation(False, (G0,), {G0: 0}), IdleRules(5, 60, 50), T, T - 30, False)
+    assert "idle (at or under 5 %) for 30 s" in soon.reason
 
 
 def test_zero_gpu_idle_timeout_never_stops():
