@@ -86,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--port", type=_port, default=8000, help="port the hub serves on")
     doctor.add_argument("--store", help="course store URL (default: from the configuration)")
     doctor.add_argument("--config", help="your jupyterhub_config.py, as given to scalelab up")
+    sub.add_parser("config-reference", help="print the configuration reference (Markdown)")
     return parser
 
 
@@ -106,6 +107,13 @@ def _doctor(args: argparse.Namespace) -> int:
     checks = run_checks(settings)
     print(format_checks(checks))
     return exit_status(checks)
+
+
+def _config_reference(_args: argparse.Namespace) -> int:
+    from scalelab.hub_ext.config_reference import reference_text
+
+    print(reference_text(), end="")
+    return 0
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -164,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handlers = {"up": _up, "data": _data_fetch, "kernels": _kernels_install}
     handlers["doctor"] = _doctor
+    handlers["config-reference"] = _config_reference
     try:
         return handlers[args.command](args)
     except (UsageError, UpError) as exc:
