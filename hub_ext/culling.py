@@ -235,9 +235,14 @@ def _check_keys(section: Config, cls: type[Configurable]) -> None:
         )
 
 
+def _guard(python: str) -> list[str]:
+    """argv prefix that runs ``python`` so that it ends with the hub (see service_guard)."""
+    return [python, "-m", "scalelab.hub_ext.service_guard", "--", python]
+
+
 def culler_argv(s: ScaleLabCulling, python: str = sys.executable) -> list[str]:
     """argv of jupyterhub-idle-culler for the settings ``s``."""
-    argv = [python, "-m", "jupyterhub_idle_culler", f"--timeout={s.idle_timeout}"]
+    argv = [*_guard(python), "-m", "jupyterhub_idle_culler", f"--timeout={s.idle_timeout}"]
     if s.cull_every:
         argv.append(f"--cull-every={s.cull_every}")
     if s.max_age:
@@ -254,7 +259,12 @@ def monitor_argv(s: ScaleLabCulling, python: str = sys.executable) -> list[str]:
         "gpu_idle_warning": s.gpu_idle_warning,
         "fake_utilization_file": s.fake_utilization_file,
     }
-    return [python, "-m", "scalelab.hub_ext.gpu_monitor", json.dumps(settings, sort_keys=True)]
+    return [
+        *_guard(python),
+        "-m",
+        "scalelab.hub_ext.gpu_monitor",
+        json.dumps(settings, sort_keys=True),
+    ]
 
 
 CULLER_SCOPES = ["list:users", "read:users:activity", "read:servers", "delete:servers"]

@@ -232,7 +232,7 @@ def check_proxy(command: Sequence[str] | None) -> Check:
 
 def check_port(ip: str, port: int, our_pids: set[int]) -> Check:
     """The hub's public port is free, or held by our own running hub (``our_pids``)."""
-    from scalelab.hub_ext.up import UpError, check_port_free, describe_process, listener_pid
+    from scalelab.hub_ext.up import UpError, check_port_free, listener_pid
 
     try:
         check_port_free(ip, port)
@@ -243,7 +243,7 @@ def check_port(ip: str, port: int, our_pids: set[int]) -> Check:
         return Check(
             "Port",
             FAIL,
-            str(exc).split(". ")[0] + f" ({describe_process(holder)})",
+            str(exc).split(". Stop it")[0],  # names the holder: pid and command
             "Stop that program, or choose another port (scalelab up --port, c.JupyterHub.port).",
         )
     return Check("Port", OK, f"{ip}:{port} is free")

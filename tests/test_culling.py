@@ -87,7 +87,8 @@ def test_configure_culling_adds_both_services_with_their_roles():
     names = [s["name"] for s in c.JupyterHub.services]
     assert names == ["mine", "scalelab-gpu-monitor", "scalelab-idle-culler"]
     culler = c.JupyterHub.services[2]["command"]
-    assert culler[1:] == ["-m", "jupyterhub_idle_culler", "--timeout=7200", "--cull-every=300"]
+    assert culler[1:4] == ["-m", "scalelab.hub_ext.service_guard", "--"]  # ends with the hub
+    assert culler[5:] == ["-m", "jupyterhub_idle_culler", "--timeout=7200", "--cull-every=300"]
     roles = {r["name"]: r for r in c.JupyterHub.load_roles}
     assert "delete:servers" in roles["scalelab-idle-culler"]["scopes"]
     assert roles["scalelab-gpu-monitor"]["services"] == ["scalelab-gpu-monitor"]
@@ -139,3 +140,40 @@ def test_a_notice_is_shown_once_per_kernel_and_can_be_withdrawn(tmp_path):
     assert clear_notice(path) and read_notice(path) is None
     path.write_text("{broken")
     assert new_notice(str(path), set()) is None
+
+
+def test_a_guarded_service_ends_when_the_hub_is_killed(tmp_path):
+    """The hub stands in as a parent process that is SIGKILLed; its guarded child must end."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    pid_file = tmp_path / "child.pid"
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time\n"
+            "child = subprocess.Popen([sys.executable, '-m', 'scalelab.hub_ext.service_guard', "
+            "'--', sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+            f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+            "time.sleep(600)\n",
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline, "the guarded child never started"
+            time.sleep(0.1)
+        child = psutil.Process(int(pid_file.read_text()))
+        time.sleep(1)  # the guard has exec'd the service by now
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        child.wait(timeout=30)  # raises TimeoutExpired if the service outlived the "hub"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()

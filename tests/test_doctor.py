@@ -19,6 +19,7 @@ from scalelab.hub_ext.doctor import (
     check_gpus,
     check_homes,
     check_java,
+    check_port,
     exit_status,
     format_checks,
     load_settings,
@@ -132,3 +133,16 @@ def test_report_and_exit_status():
     text = format_checks(checks)
     assert "[warn] B: meh\n       fix: do x" in text
     assert text.endswith("1 check(s) failed: C")
+
+
+def test_port_held_by_our_own_hub_is_fine_and_anyone_elses_is_named():
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        ours = check_port("127.0.0.1", port, our_pids={os.getpid()})
+        theirs = check_port("127.0.0.1", port, our_pids=set())
+    assert ours.status == OK and "served by this state folder's hub" in ours.detail
+    assert theirs.status == FAIL
+    assert theirs.detail.startswith(f"port {port} on 127.0.0.1 is already in use by pid ")
+    assert theirs.detail.count(f"pid {os.getpid()}") == 1
