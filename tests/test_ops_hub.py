@@ -1,10 +1,10 @@
 """Live server logs for ops and the hub's security rules, through a real ``scalelab up``.
 
 One hub (with a declared inventory of ONE fake GPU, so that a second GPU request queues): the
-admin reads and follows a student's server log as JSON lines, including what a kernel writes
-to stderr (where a Spark driver logs); the log outlives the server. A student can see neither
-another's server, log, GPU board nor queue; pending spawns are limited with "Try again"; no
-password or token ends up in any log.
+admin reads and follows a student's server log as JSON lines, including the log of a PySpark
+kernel's Spark driver and what the kernel writes to stderr; the log outlives the server. A
+student can see neither another's server, log, GPU board nor queue; pending spawns are limited
+with "Try again"; no password or token ends up in any log.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from tornado.simple_httpclient import HTTPTimeoutError
 
 from scalelab.cli import _parser
 from scalelab.hub_ext.server_logs import read_lines
@@ -70,6 +71,17 @@ def _follow(hub: ScaleLabUp, user: str, lines: queue.Queue) -> threading.Thread:
     return thread
 
 
+async def _execute_when_ready(hub: ScaleLabUp, user: str, kernel_id: str, code: str) -> dict:
+    """``execute``, retried while the WebSocket handshake times out (tornado's 20 s) because
+    the kernel is still starting Spark on a loaded machine."""
+    for _ in range(8):
+        try:
+            return await execute(hub, user, kernel_id, code)
+        except HTTPTimeoutError:
+            continue
+    raise AssertionError("the kernel never accepted a connection")
+
+
 def _wait_for_line(lines: queue.Queue, needle: str, timeout_s: float) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -98,12 +110,13 @@ async def test_live_logs_for_ops_and_what_a_student_cannot_see(hub):
     resumed = hub.api("GET", "/scalelab/logs/alice", params={"offset": records[0]["offset"]})
     assert json.loads(resumed.text.splitlines()[0]) == records[1]
 
-    # follow it live while a kernel writes to its stderr (where a Spark driver logs)
+    # follow it live while a PySpark kernel starts its Spark driver, then writes to its stderr
     lines: queue.Queue = queue.Queue()
     _follow(hub, "alice", lines)
-    kernel = hub.server_api("alice", "POST", "/kernels", json={"name": "scalelab-pytorch"}).json()
+    kernel = hub.server_api("alice", "POST", "/kernels", json={"name": "scalelab-pyspark"}).json()
+    _wait_for_line(lines, "Using Spark's default log4j profile", 180)  # the driver's own log
     code = "import sys; print('driver-log-marker-42', file=sys.__stderr__, flush=True)"
-    assert (await execute(hub, "alice", kernel["id"], code))["status"] == "ok"
+    assert (await _execute_when_ready(hub, "alice", kernel["id"], code))["status"] == "ok"
     _wait_for_line(lines, "driver-log-marker-42", 60)
 
     # the admin page follows the same stream
