@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from tests.hubproc import TWO_FAKE_GPUS, ScaleLabUp, execute, running
+from tests.test_ops_hub import execute_when_ready
 
 IDLE_TIMEOUT_S = 90
 GPU_IDLE_TIMEOUT_S = 30
@@ -63,7 +64,8 @@ def _busy_in_background(hub: ScaleLabUp, user: str, kernel_id: str) -> threading
 
     def run() -> None:
         try:
-            asyncio.run(execute(hub, user, kernel_id, "import time; time.sleep(600)", 600))
+            code = "import time; time.sleep(600)"
+            asyncio.run(execute_when_ready(hub, user, kernel_id, code, timeout_s=600))
         except Exception:  # noqa: BLE001 -- the hub stopping ends the cell: expected
             pass
 
@@ -88,7 +90,7 @@ async def test_idle_gpu_is_warned_then_stopped_while_busy_gpu_and_kernel_are_not
     )
     assert put.status_code in (200, 201), put.text
     kernel_b = hub.server_api("bob", "POST", "/kernels", json={"name": "scalelab-pytorch"}).json()
-    assert (await execute(hub, "bob", kernel_b["id"], "1 + 1"))["result"] == "2"
+    assert (await execute_when_ready(hub, "bob", kernel_b["id"], "1 + 1"))["result"] == "2"
     hub.utilization.write_text(json.dumps({gpu_a: 90, gpu_b: 0}))
 
     def notice():
@@ -107,6 +109,14 @@ async def test_idle_gpu_is_warned_then_stopped_while_busy_gpu_and_kernel_are_not
     dave_started = time.monotonic()
     kernel_d = hub.server_api("dave", "POST", "/kernels", json={"name": "scalelab-pytorch"}).json()
     _busy_in_background(hub, "dave", kernel_d["id"])
+    _wait(
+        lambda: (
+            hub.server_api("dave", "GET", f"/kernels/{kernel_d['id']}").json()["execution_state"]
+            == "busy"
+        ),
+        120,
+        "dave's kernel executes",
+    )
 
     _wait(lambda: not _running(hub, "bob"), GPU_IDLE_TIMEOUT_S + 60, "bob's server is stopped")
     board = {g["uuid"]: g["holder"] for g in hub.api("GET", "/scalelab/gpus").json()["gpus"]}

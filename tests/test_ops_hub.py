@@ -71,12 +71,14 @@ def _follow(hub: ScaleLabUp, user: str, lines: queue.Queue) -> threading.Thread:
     return thread
 
 
-async def _execute_when_ready(hub: ScaleLabUp, user: str, kernel_id: str, code: str) -> dict:
+async def execute_when_ready(
+    hub: ScaleLabUp, user: str, kernel_id: str, code: str, timeout_s: float = 240
+) -> dict:
     """``execute``, retried while the WebSocket handshake times out (tornado's 20 s) because
-    the kernel is still starting Spark on a loaded machine."""
+    the kernel is still starting (Spark, torch) on a loaded machine."""
     for _ in range(8):
         try:
-            return await execute(hub, user, kernel_id, code)
+            return await execute(hub, user, kernel_id, code, timeout_s)
         except HTTPTimeoutError:
             continue
     raise AssertionError("the kernel never accepted a connection")
@@ -116,7 +118,7 @@ async def test_live_logs_for_ops_and_what_a_student_cannot_see(hub):
     kernel = hub.server_api("alice", "POST", "/kernels", json={"name": "scalelab-pyspark"}).json()
     _wait_for_line(lines, "Using Spark's default log4j profile", 180)  # the driver's own log
     code = "import sys; print('driver-log-marker-42', file=sys.__stderr__, flush=True)"
-    assert (await _execute_when_ready(hub, "alice", kernel["id"], code))["status"] == "ok"
+    assert (await execute_when_ready(hub, "alice", kernel["id"], code))["status"] == "ok"
     _wait_for_line(lines, "driver-log-marker-42", 60)
 
     # the admin page follows the same stream
