@@ -16,6 +16,7 @@ from pathlib import Path
 from traitlets.config import Config
 
 from scalelab.hub_ext.gpu_board import handlers as gpu_board_handlers
+from scalelab.hub_ext.server_logs import handlers as server_log_handlers
 from scalelab.templates import templates_dir
 
 
@@ -87,8 +88,10 @@ def embedded_config(s: UpSettings, password: str) -> Config:
     c.JupyterHub.pid_file = str(state / "jupyterhub.pid")
     c.JupyterHub.cleanup_servers = True
     c.JupyterHub.cleanup_proxy = True
+    c.JupyterHub.concurrent_spawn_limit = 10  # more pending spawns: 429 "Try again"
     c.JupyterHub.template_paths = [str(templates_dir())]
     c.JupyterHub.extra_handlers = gpu_board_handlers()
+    c.JupyterHub.extra_handlers += server_log_handlers()  # live logs for ops
     c.ConfigurableHTTPProxy.command = list(s.proxy_command)
     c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{s.proxy_api_port}"
     c.ConfigurableHTTPProxy.pid_file = str(state / "jupyterhub-proxy.pid")
@@ -103,6 +106,7 @@ def embedded_config(s: UpSettings, password: str) -> Config:
     c.ScaleLabSpawner.spark_master = "local[*]"
     c.ScaleLabSpawner.kernelspec_path = [str(kernelspec_dir(state))]
     c.ScaleLabSpawner.gpu_queue_file = str(state / "gpu-queue.json")
+    c.ScaleLabSpawner.server_log_dir = str(state / "logs" / "servers")
     c.Spawner.http_timeout = 90
     c.Spawner.start_timeout = 180
     return c
@@ -128,5 +132,7 @@ def config_file_text(s: UpSettings, operator_config: str | None) -> str:
         "validate_config(c)  # a misspelt GPU setting stops the hub here, with its name",
         "from scalelab.spawner.hubstart import start_with_hub",
         "start_with_hub()  # GPU inventory at start; queued spawns started again after a restart",
+        "from scalelab.hub_ext.culling import configure_culling",
+        "configure_culling(c)  # the idle culler and the GPU monitor, as hub services",
     ]
     return "\n".join(lines) + "\n"

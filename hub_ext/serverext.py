@@ -30,6 +30,9 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
 
     logstream.setup(serverapp)
     livy.setup(serverapp)
+    from scalelab.hub_ext import notices
+
+    notices.setup(serverapp)  # POST /scalelab/api/notice: warnings from the hub to the student
     try:
         copied = distribute_labs(serverapp.root_dir)
     except OSError as exc:

@@ -171,6 +171,7 @@ def start(flavour: str, namespace: MutableMapping[str, Any]) -> None:
         shell = get_ipython()
         if shell is not None:
             _warn_before_cells(shell)
+    _show_notices()
     print("\n".join(lines))
     _show_with_first_cell("\n".join(lines))
 
@@ -189,3 +190,14 @@ def _show_with_first_cell(banner: str) -> None:
         print(banner, file=sys.stderr)
 
     shell.events.register("pre_run_cell", show)
+
+
+def _show_notices() -> None:
+    """Print the hub's notices to the student (an idle-GPU warning) before the next cell."""
+    from IPython import get_ipython
+
+    from scalelab.kernels import notices
+
+    shell = get_ipython()
+    if shell is not None:
+        notices.install(shell)

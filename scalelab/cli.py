@@ -1,4 +1,4 @@
-"""The ``scalelab`` command: ``up``, ``data fetch``, ``kernels install``.
+"""The ``scalelab`` command: ``up``, ``data fetch``, ``kernels install``, ``doctor``.
 
 Errors that a user can fix are printed as one line, ``scalelab: error: ...``, with exit status 2
 (bad usage or configuration) or 1 (a data set could not be fetched); never a traceback.
@@ -80,6 +80,13 @@ def _parser() -> argparse.ArgumentParser:
         default=sys.prefix,
         help="install under PREFIX/share/jupyter (default: this Python's prefix)",
     )
+    doctor = sub.add_parser("doctor", help="check Java, Spark, store, GPUs, proxy, port, database")
+    doctor.add_argument("--state-dir", type=Path, help="scalelab up's state folder")
+    doctor.add_argument("--ip", default="127.0.0.1", help="address the hub serves on")
+    doctor.add_argument("--port", type=_port, default=8000, help="port the hub serves on")
+    doctor.add_argument("--store", help="course store URL (default: from the configuration)")
+    doctor.add_argument("--config", help="your jupyterhub_config.py, as given to scalelab up")
+    sub.add_parser("config-reference", help="print the configuration reference (Markdown)")
     _add_labs_parser(sub)
     return parser
 
@@ -124,6 +131,32 @@ def _labs(args: argparse.Namespace) -> int:
         raise UsageError(f"copying the labs into {args.home} stopped: {exc}") from None
     for message in report.messages or ["nothing new: every lab is there already"]:
         print(message)
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from scalelab.hub_ext.doctor import exit_status, format_checks, load_settings, run_checks
+    from scalelab.hub_ext.up import default_state_dir
+
+    try:
+        settings = load_settings(
+            args.state_dir or default_state_dir(),
+            ip=args.ip,
+            port=args.port,
+            store_url=args.store,
+            config_file=args.config,
+        )
+    except (OSError, SyntaxError) as exc:
+        raise UsageError(f"cannot read the configuration: {exc}") from None
+    checks = run_checks(settings)
+    print(format_checks(checks))
+    return exit_status(checks)
+
+
+def _config_reference(_args: argparse.Namespace) -> int:
+    from scalelab.hub_ext.config_reference import reference_text
+
+    print(reference_text(), end="")
     return 0
 
 
@@ -183,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handlers = {"up": _up, "data": _data_fetch, "kernels": _kernels_install}
     handlers["labs"] = _labs
+    handlers["doctor"] = _doctor
+    handlers["config-reference"] = _config_reference
     try:
         return handlers[args.command](args)
     except (UsageError, UpError) as exc:

@@ -31,3 +31,5 @@ LABS_DIR = "SCALELAB_LABS_DIR"
 LOG_DIR = "SCALELAB_LOG_DIR"
 #: Livy settings for sparkmagic's remote kernels (``c.LivySettings``) as JSON; unset: none.
 LIVY = "SCALELAB_LIVY"
+#: File holding the latest notice to the student (set by the server extension for its kernels).
+NOTICE_FILE = "SCALELAB_NOTICE_FILE"

@@ -22,9 +22,10 @@ from traitlets import Dict, List, Unicode, default
 from scalelab.kernels.livy import LivySettings, livy_environment
 from scalelab.spawner.environment import server_args, server_environment
 from scalelab.spawner.gpu_spawner import GPUSpawnerMixin
+from scalelab.spawner.server_logs import ServerLogMixin
 
 
-class ScaleLabSpawner(GPUSpawnerMixin, LocalProcessSpawner):
+class ScaleLabSpawner(GPUSpawnerMixin, ServerLogMixin, LocalProcessSpawner):
     """Spawner of ScaleLab's single-user servers (local processes)."""
 
     home_root = Unicode(

@@ -1,0 +1,200 @@
+"""Live server logs for ops and the hub's security rules, through a real ``scalelab up``.
+
+One hub (with a declared inventory of ONE fake GPU, so that a second GPU request queues): the
+admin reads and follows a student's server log as JSON lines, including the log of a PySpark
+kernel's Spark driver and what the kernel writes to stderr; the log outlives the server. A
+student can see neither another's server, log, GPU board nor queue; pending spawns are limited
+with "Try again"; no password or token ends up in any log.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from tornado.simple_httpclient import HTTPTimeoutError
+
+from scalelab.cli import _parser
+from scalelab.hub_ext.server_logs import read_lines
+from scalelab.hub_ext.up import resolve_password
+from scalelab.spawner.server_logs import server_log_path
+from tests.hubproc import ScaleLabUp, execute, running
+
+OPS_PASSWORD = "ops-" + "y" * 40
+ONE_FAKE_GPU = (
+    "c.ScaleLabSpawner.declared_gpus = [{'uuid': 'GPU-fake-0000', 'name': 'fake test GPU'}]\n"
+)
+
+
+@pytest.fixture
+def hub(tmp_path: Path):
+    up = ScaleLabUp(
+        tmp_path / "state",
+        extra_config=ONE_FAKE_GPU
+        + "c.JupyterHub.concurrent_spawn_limit = 1\n"
+        + "c.Authenticator.admin_users = {'ops'}\n"
+        + f"c.SharedPasswordAuthenticator.admin_password = {OPS_PASSWORD!r}\n",
+    )
+    with running(up):
+        yield up
+
+
+def _login(hub: ScaleLabUp, user: str, password: str) -> requests.Session:
+    session = requests.Session()
+    session.get(f"{hub.url}/hub/login", timeout=30)
+    form = {"username": user, "password": password, "_xsrf": session.cookies.get("_xsrf")}
+    response = session.post(f"{hub.url}/hub/login", data=form, timeout=30, allow_redirects=False)
+    assert response.status_code == 302, response.text
+    return session
+
+
+def _follow(hub: ScaleLabUp, user: str, lines: queue.Queue) -> threading.Thread:
+    """Follow ``user``'s log as JSON lines in a thread, putting each record in ``lines``."""
+
+    def run() -> None:
+        url = f"{hub.url}/hub/api/scalelab/logs/{user}?follow=1"
+        try:
+            with requests.get(url, headers=hub.auth, stream=True, timeout=120) as response:
+                for raw in response.iter_lines(decode_unicode=True):
+                    if raw:
+                        lines.put(json.loads(raw))
+        except requests.RequestException:  # the hub stopping ends the stream
+            pass
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+async def execute_when_ready(
+    hub: ScaleLabUp, user: str, kernel_id: str, code: str, timeout_s: float = 240
+) -> dict:
+    """``execute``, retried while the WebSocket handshake times out (tornado's 20 s) because
+    the kernel is still starting (Spark, torch) on a loaded machine."""
+    for _ in range(8):
+        try:
+            return await execute(hub, user, kernel_id, code, timeout_s)
+        except HTTPTimeoutError:
+            continue
+    raise AssertionError("the kernel never accepted a connection")
+
+
+def _wait_for_line(lines: queue.Queue, needle: str, timeout_s: float) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            record = lines.get(timeout=1)
+        except queue.Empty:
+            continue
+        if needle in record["line"]:
+            return record
+    raise AssertionError(f"{needle!r} never arrived in the followed log")
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_live_logs_for_ops_and_what_a_student_cannot_see(hub):
+    hub.start_server("alice", {"profile": "cpu"})
+    # the admin reads alice's log as JSON lines
+    response = hub.api("GET", "/scalelab/logs/alice")
+    assert response.status_code == 200, response.text
+    assert response.headers["Content-Type"] == "application/x-ndjson"
+    records = [json.loads(line) for line in response.text.splitlines()]
+    assert records[0]["line"].startswith("==== ScaleLab: server alice/ starting at ")
+    assert {r["user"] for r in records} == {"alice"}
+    assert any("Jupyter Server" in r["line"] for r in records)
+    # a shipper resumes at an offset: only what came after
+    resumed = hub.api("GET", "/scalelab/logs/alice", params={"offset": records[0]["offset"]})
+    assert json.loads(resumed.text.splitlines()[0]) == records[1]
+
+    # follow it live while a PySpark kernel starts its Spark driver, then writes to its stderr
+    lines: queue.Queue = queue.Queue()
+    _follow(hub, "alice", lines)
+    kernel = hub.server_api("alice", "POST", "/kernels", json={"name": "scalelab-pyspark"}).json()
+    _wait_for_line(lines, "Using Spark's default log4j profile", 180)  # the driver's own log
+    code = "import sys; print('driver-log-marker-42', file=sys.__stderr__, flush=True)"
+    assert (await execute_when_ready(hub, "alice", kernel["id"], code))["status"] == "ok"
+    _wait_for_line(lines, "driver-log-marker-42", 60)
+
+    # the admin page follows the same stream
+    ops = _login(hub, "ops", OPS_PASSWORD)
+    page = ops.get(f"{hub.url}/hub/scalelab/logs/alice", timeout=30)
+    assert page.status_code == 200 and "Log of alice" in page.text
+    assert "api/scalelab/logs/alice?follow=1" in page.text
+
+    # a student: her own token and her browser session
+    bob = hub.api("POST", "/users/bob")
+    assert bob.status_code == 201
+    token = hub.api("POST", "/users/bob/tokens", json={"note": "test"}).json()["token"]
+    as_bob = {"Authorization": f"token {token}"}
+    for path in (
+        "/hub/api/scalelab/logs/alice",
+        "/hub/api/scalelab/logs/bob",
+        "/hub/api/scalelab/gpus",
+        "/hub/api/users/alice",
+        "/user/alice/api/contents",
+    ):
+        got = requests.get(f"{hub.url}{path}", headers=as_bob, timeout=30, allow_redirects=False)
+        assert got.status_code in (403, 404), (path, got.status_code, got.text[:200])
+        assert "driver-log-marker-42" not in got.text
+    bob_browser = _login(hub, "bob", hub.password)
+    for path in ("/hub/scalelab/logs/alice", "/hub/scalelab/gpus"):
+        got = bob_browser.get(f"{hub.url}{path}", timeout=30, allow_redirects=False)
+        assert got.status_code == 403, (path, got.status_code)
+
+    # the GPU queue: eve holds the only GPU, carol queues; bob cannot see carol's entry
+    hub.start_server("eve", {"profile": "gpu-1"})
+    assert hub.api("POST", "/users/carol").status_code == 201
+    queued = hub.api("POST", "/users/carol/server", json={"user_options": {"profile": "gpu-1"}})
+    assert queued.status_code == 202
+    board = requests.get(f"{hub.url}/hub/api/scalelab/gpus", headers=as_bob, timeout=30)
+    assert board.status_code == 403 and "carol" not in board.text
+    # a second pending spawn is over concurrent_spawn_limit = 1: a clear "try again"
+    assert hub.api("POST", "/users/dave").status_code == 201
+    refused = hub.api("POST", "/users/dave/server", json={"user_options": {"profile": "cpu"}})
+    assert refused.status_code == 429
+    assert "Try again in" in refused.json()["message"]
+    assert hub.api("GET", "/users/dave").json()["servers"] == {}
+    assert hub.api("DELETE", "/users/carol/server").status_code in (202, 204)
+
+    # the log outlives the server
+    assert hub.api("DELETE", "/users/alice/server").status_code in (202, 204)
+    deadline = time.monotonic() + 60
+    while hub.api("GET", "/users/alice").json()["servers"] and time.monotonic() < deadline:
+        time.sleep(1)
+    after = hub.api("GET", "/scalelab/logs/alice")
+    assert after.status_code == 200 and "driver-log-marker-42" in after.text
+
+    # no password or token in any log: the hub's, the servers', the proxy's
+    secrets = [hub.password, OPS_PASSWORD, token, hub.token]
+    for log in (hub.state_dir / "logs").rglob("*.log"):
+        text = log.read_text(errors="replace")
+        for secret in secrets:
+            assert secret not in text, f"a secret is in {log}"
+    assert "".join(hub.output).count(hub.password) == 1  # the banner shows it once, on purpose
+
+
+def test_the_demo_binds_to_loopback_and_has_no_default_password(monkeypatch):
+    monkeypatch.delenv("SCALELAB_PASSWORD", raising=False)
+    args = _parser().parse_args(["up"])
+    assert args.ip == "127.0.0.1" and args.password is None
+    first, generated = resolve_password(None)
+    second, _ = resolve_password(None)
+    assert generated and first != second  # generated per run, never a fixed default
+
+
+def test_log_lines_and_paths(tmp_path: Path):
+    log = tmp_path / "server.log"
+    log.write_bytes(b"one\ntwo\npartial")
+    lines, offset = read_lines(log, 0)
+    assert lines == [("one", 4), ("two", 8)] and offset == 8
+    assert read_lines(log, 8) == ([], 8)  # the partial line waits for its newline
+    assert server_log_path("/logs", "alice") == Path("/logs/alice/server.log")
+    assert server_log_path("/logs", "a/../b", "gpu") == Path("/logs/a%2F..%2Fb/server-gpu.log")
+    with pytest.raises(ValueError, match="no server_log_dir"):
+        server_log_path("", "alice")
