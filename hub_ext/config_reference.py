@@ -16,10 +16,12 @@ from traitlets import HasTraits, TraitType
 
 def _classes() -> list[type[HasTraits]]:
     from scalelab.hub_ext.culling import ScaleLabCulling
+    from scalelab.hub_ext.store_drive import StoreDrive
+    from scalelab.kernels.livy import LivySettings
     from scalelab.spawner.local import ScaleLabSpawner
     from scalelab.spawner.policy import GPUPolicy
 
-    return [ScaleLabSpawner, GPUPolicy, ScaleLabCulling]
+    return [ScaleLabSpawner, GPUPolicy, ScaleLabCulling, LivySettings, StoreDrive]
 
 
 def _own(cls: type[HasTraits]) -> dict[str, TraitType]:
