@@ -88,9 +88,15 @@ def tail_start(size: int, tail: int) -> int:
 
 
 def add_server_log_file(logger: logging.Logger, folder: Path) -> Path:
-    """Also write ``logger`` (the server's log) to ``folder/server.log``; returns that path."""
+    """Also write ``logger`` (the server's log) to ``folder/server.log``; returns that path.
+
+    Nothing is added when this process's stderr already is that file: ScaleLab's spawner with
+    ``c.ScaleLabSpawner.server_log_dir`` writes the server's whole output there.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "server.log"
+    if _is_stderr(path):
+        return path
     if not any(getattr(h, "baseFilename", None) == str(path) for h in logger.handlers):
         handler = logging.FileHandler(path, encoding="utf-8")
         handler.setFormatter(
@@ -98,6 +104,15 @@ def add_server_log_file(logger: logging.Logger, folder: Path) -> Path:
         )
         logger.addHandler(handler)
     return path
+
+
+def _is_stderr(path: Path) -> bool:
+    """True when file descriptor 2 of this process is ``path`` (same device and inode)."""
+    try:
+        err, target = os.fstat(2), path.stat()
+    except OSError:
+        return False
+    return (err.st_dev, err.st_ino) == (target.st_dev, target.st_ino)
 
 
 class _LogsMixin:

@@ -5,7 +5,9 @@
   (``application/x-ndjson``), one object per line: ``{"user", "server", "line", "offset"}``,
   where ``offset`` is the byte offset just after the line. ``?offset=N`` starts at byte N (a log
   shipper resumes there); ``?follow=1`` keeps the response open and sends new lines as the
-  server writes them, until the client disconnects.
+  server writes them, until the client disconnects; ``?log=spark-driver-<pid>.log`` reads one
+  of the Spark drivers' logs (servers started with ``home_root``, as under ``scalelab up``).
+- ``GET /hub/api/scalelab/logfiles/<user>``: ``{"logs": [...]}``, the names there are.
 - ``GET /hub/scalelab/logs/<user>[/<server>]`` (scope ``admin-ui``): a page that follows it.
 
 The files outlive the servers, so the log of a server that crashed or was culled stays readable.
@@ -23,6 +25,7 @@ from jupyterhub.scopes import needs_scope
 from tornado import web
 from tornado.iostream import StreamClosedError
 
+from scalelab.hub_ext.logstream import LOG_NAME
 from scalelab.spawner.server_logs import server_log_path
 
 #: Seconds between looks at a followed log for new lines.
@@ -76,6 +79,11 @@ class ServerLogAPIHandler(APIHandler):
             raise web.HTTPError(400, "offset must be a byte offset (an integer >= 0)")
         follow = self.get_argument("follow", "0") in ("1", "true", "yes")
         path = server_log_path(log_dir, user_name, server_name or "")
+        log_name = self.get_argument("log", "")
+        if log_name:  # another log of the user's servers: a Spark driver's
+            if not LOG_NAME.match(log_name):
+                raise web.HTTPError(404, "no such log: names look like spark-driver-1234.log")
+            path = path.parent / log_name
         if not path.is_file():
             raise web.HTTPError(404, f"no log of {user_name}/{server_name or ''} yet")
         self.set_header("Content-Type", "application/x-ndjson")
@@ -101,6 +109,22 @@ class ServerLogAPIHandler(APIHandler):
                 await asyncio.sleep(FOLLOW_POLL_S)
 
 
+class ServerLogListHandler(APIHandler):
+    """``GET /hub/api/scalelab/logfiles/<user>``: ``{"logs": [names]}``, the user's logs (the
+    servers' and their Spark drivers'), each readable with ``?log=<name>`` above."""
+
+    @needs_scope("admin:servers")
+    async def get(self, user_name: str):
+        log_dir = _log_dir(self)
+        if not log_dir:
+            raise web.HTTPError(
+                404, "server logs are not kept: set c.ScaleLabSpawner.server_log_dir"
+            )
+        folder = server_log_path(log_dir, user_name).parent
+        names = sorted(p.name for p in folder.glob("*.log") if LOG_NAME.match(p.name))
+        self.finish({"logs": names})
+
+
 class ServerLogPageHandler(BaseHandler):
     """``GET /hub/scalelab/logs/<user>[/<server>]``: the log, followed live (admins)."""
 
@@ -118,5 +142,6 @@ def handlers() -> list[tuple[str, type]]:
     name = r"([^/]+)"
     return [
         (rf"/api/scalelab/logs/{name}(?:/{name})?", ServerLogAPIHandler),
+        (rf"/api/scalelab/logfiles/{name}", ServerLogListHandler),
         (rf"/scalelab/logs/{name}(?:/{name})?", ServerLogPageHandler),
     ]

@@ -19,10 +19,11 @@ from pathlib import Path
 from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Dict, List, Unicode, default
 
+from scalelab import envvars
 from scalelab.kernels.livy import LivySettings, livy_environment
 from scalelab.spawner.environment import server_args, server_environment
 from scalelab.spawner.gpu_spawner import GPUSpawnerMixin
-from scalelab.spawner.server_logs import ServerLogMixin
+from scalelab.spawner.server_logs import ServerLogMixin, server_log_path
 
 
 class ScaleLabSpawner(GPUSpawnerMixin, ServerLogMixin, LocalProcessSpawner):
@@ -148,6 +149,10 @@ class ScaleLabSpawner(GPUSpawnerMixin, ServerLogMixin, LocalProcessSpawner):
         )
         env.update(self.session_environment())
         env.update(livy_environment(LivySettings(parent=self)))
+        if self.server_log_dir and self.home_root and not self.name:
+            # Servers run as the hub's user here: their live-log folder (the Spark drivers'
+            # logs, which the student's log page reads) is the one ops read at the hub too.
+            env[envvars.LOG_DIR] = str(server_log_path(self.server_log_dir, self.user.name).parent)
         return env
 
     def get_args(self):

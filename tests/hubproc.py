@@ -380,3 +380,14 @@ def progress_events(hub: ScaleLabUp, user: str, until, timeout_s: float = 60) ->
             if time.monotonic() > deadline:
                 break
     raise AssertionError(f"progress never showed what was awaited: {events}")
+
+
+def get_as(hub: ScaleLabUp, user: str, password: str, path: str, **kwargs) -> requests.Response:
+    """GET ``path`` (``/hub/...``, ``/user/...``) as ``user``, logged in through the hub's login
+    form as a browser is (cookies, not a token). The session is closed before returning."""
+    with requests.Session() as session:
+        session.get(f"{hub.url}/hub/login", timeout=30)
+        form = {"username": user, "password": password, "_xsrf": session.cookies.get("_xsrf")}
+        login = session.post(f"{hub.url}/hub/login", data=form, timeout=30, allow_redirects=False)
+        assert login.status_code == 302, login.text
+        return session.get(f"{hub.url}{path}", timeout=60, **kwargs)

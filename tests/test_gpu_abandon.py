@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.hubproc import TWO_FAKE_GPUS, PlainHub, ScaleLabUp, progress_events, running
-from tests.test_gpu_hub import _gpus, _login, _start, _wait_ready
+from tests.hubproc import TWO_FAKE_GPUS, PlainHub, ScaleLabUp, get_as, progress_events, running
+from tests.test_gpu_hub import _gpus, _start, _wait_ready
 
 ABANDON_S = 15  # longer than the 10 s a REST POST waits for a slow spawn
 
@@ -72,7 +72,7 @@ def test_an_abandoned_request_is_withdrawn_and_a_watched_one_keeps_its_place(hub
         in (log.read_text())
     )
     assert _queue(hub) == ["dave"]  # dave, watched all along, kept his place
-    page = _login(hub, "carol", hub.password).get(f"{hub.url}/hub/spawn-pending/carol", timeout=60)
+    page = get_as(hub, "carol", hub.password, "/hub/spawn-pending/carol")
     assert "Your request for 1 GPU(s) was withdrawn from the queue" in page.text
     assert "Start your server again to queue anew" in page.text
 

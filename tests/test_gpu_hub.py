@@ -15,6 +15,7 @@ from tests.hubproc import (
     TWO_FAKE_GPUS,
     ScaleLabUp,
     execute,
+    get_as,
     progress_events,
     running,
     server_environ,
@@ -58,15 +59,6 @@ def _wait_ready(hub: ScaleLabUp, user: str, timeout_s: float = 120) -> dict:
     raise AssertionError(f"{user}'s server never got ready")
 
 
-def _login(hub: ScaleLabUp, user: str, password: str) -> requests.Session:
-    session = requests.Session()
-    session.get(f"{hub.url}/hub/login", timeout=30)
-    form = {"username": user, "password": password, "_xsrf": session.cookies.get("_xsrf")}
-    response = session.post(f"{hub.url}/hub/login", data=form, timeout=30, allow_redirects=False)
-    assert response.status_code == 302, response.text
-    return session
-
-
 def _gpus(hub: ScaleLabUp, user: str) -> str:
     return server_environ(hub, user)["CUDA_VISIBLE_DEVICES"]
 
@@ -94,12 +86,10 @@ def test_exclusive_gpus_queue_with_visible_position_and_cancel(hub: ScaleLabUp):
     assert board["source"] == "declared"
     assert {g["holder"]["user"] for g in board["gpus"]} == {"alice", "bob"}
     assert [(q["position"], q["user"], q["gpus"]) for q in board["queue"]] == [(1, "carol", 1)]
-    page = _login(hub, "ops", OPS_PASSWORD).get(f"{hub.url}/hub/scalelab/gpus", timeout=30)
+    page = get_as(hub, "ops", OPS_PASSWORD, "/hub/scalelab/gpus")
     assert page.status_code == 200
     assert "carol/" in page.text and "GPU-fake-0001" in page.text and "declared" in page.text
-    student_page = _login(hub, "carol", hub.password).get(
-        f"{hub.url}/hub/scalelab/gpus", timeout=30
-    )
+    student_page = get_as(hub, "carol", hub.password, "/hub/scalelab/gpus")
     assert student_page.status_code == 403
     metrics = hub.api("GET", "/../metrics").text
     for series in (
@@ -187,7 +177,7 @@ def test_a_killed_server_releases_its_gpu_at_the_next_poll(hub: ScaleLabUp):
     log = (hub.state_dir / "logs" / "jupyterhub.log").read_text()
     assert f"alice/ died (killed by SIGKILL) while holding GPU(s) {alice_gpu}" in log
     # alice sees why on her next visit: the spawn form says what happened to her server
-    form = _login(hub, "alice", hub.password).get(f"{hub.url}/hub/spawn", timeout=60)
+    form = get_as(hub, "alice", hub.password, "/hub/spawn")
     assert form.status_code == 200
     assert "Your previous server stopped unexpectedly (killed by SIGKILL)" in form.text
     assert f"its GPU(s) {alice_gpu} went back to the pool" in form.text

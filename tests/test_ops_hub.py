@@ -23,7 +23,7 @@ from scalelab.cli import _parser
 from scalelab.hub_ext.server_logs import read_lines
 from scalelab.hub_ext.up import resolve_password
 from scalelab.spawner.server_logs import server_log_path
-from tests.hubproc import ScaleLabUp, execute, running
+from tests.hubproc import ScaleLabUp, execute, get_as, running
 
 OPS_PASSWORD = "ops-" + "y" * 40
 ONE_FAKE_GPU = (
@@ -44,20 +44,12 @@ def hub(tmp_path: Path):
         yield up
 
 
-def _login(hub: ScaleLabUp, user: str, password: str) -> requests.Session:
-    session = requests.Session()
-    session.get(f"{hub.url}/hub/login", timeout=30)
-    form = {"username": user, "password": password, "_xsrf": session.cookies.get("_xsrf")}
-    response = session.post(f"{hub.url}/hub/login", data=form, timeout=30, allow_redirects=False)
-    assert response.status_code == 302, response.text
-    return session
-
-
-def _follow(hub: ScaleLabUp, user: str, lines: queue.Queue) -> threading.Thread:
-    """Follow ``user``'s log as JSON lines in a thread, putting each record in ``lines``."""
+def _follow(hub: ScaleLabUp, user: str, lines: queue.Queue, log: str = "") -> threading.Thread:
+    """Follow ``user``'s log (or another of theirs, ``log``) as JSON lines in a thread, putting
+    each record in ``lines``."""
 
     def run() -> None:
-        url = f"{hub.url}/hub/api/scalelab/logs/{user}?follow=1"
+        url = f"{hub.url}/hub/api/scalelab/logs/{user}?follow=1&log={log}"
         try:
             with requests.get(url, headers=hub.auth, stream=True, timeout=120) as response:
                 for raw in response.iter_lines(decode_unicode=True):
@@ -116,14 +108,24 @@ async def test_live_logs_for_ops_and_what_a_student_cannot_see(hub):
     lines: queue.Queue = queue.Queue()
     _follow(hub, "alice", lines)
     kernel = hub.server_api("alice", "POST", "/kernels", json={"name": "scalelab-pyspark"}).json()
-    _wait_for_line(lines, "Using Spark's default log4j profile", 180)  # the driver's own log
+    # the Spark driver's own log: listed beside the server's, and followed live
+    driver_logs: list[str] = []
+    deadline = time.monotonic() + 180
+    while not driver_logs and time.monotonic() < deadline:
+        listed = hub.api("GET", "/scalelab/logfiles/alice").json()["logs"]
+        driver_logs = [name for name in listed if name.startswith("spark-driver-")]
+        time.sleep(1)
+    assert driver_logs and "server.log" in listed, listed
+    driver_lines: queue.Queue = queue.Queue()
+    _follow(hub, "alice", driver_lines, log=driver_logs[0])
+    _wait_for_line(driver_lines, "Running Spark version", 180)
+    assert hub.api("GET", "/scalelab/logs/alice", params={"log": "../x.log"}).status_code == 404
     code = "import sys; print('driver-log-marker-42', file=sys.__stderr__, flush=True)"
     assert (await execute_when_ready(hub, "alice", kernel["id"], code))["status"] == "ok"
     _wait_for_line(lines, "driver-log-marker-42", 60)
 
     # the admin page follows the same stream
-    ops = _login(hub, "ops", OPS_PASSWORD)
-    page = ops.get(f"{hub.url}/hub/scalelab/logs/alice", timeout=30)
+    page = get_as(hub, "ops", OPS_PASSWORD, "/hub/scalelab/logs/alice")
     assert page.status_code == 200 and "Log of alice" in page.text
     assert "api/scalelab/logs/alice?follow=1" in page.text
 
@@ -142,9 +144,8 @@ async def test_live_logs_for_ops_and_what_a_student_cannot_see(hub):
         got = requests.get(f"{hub.url}{path}", headers=as_bob, timeout=30, allow_redirects=False)
         assert got.status_code in (403, 404), (path, got.status_code, got.text[:200])
         assert "driver-log-marker-42" not in got.text
-    bob_browser = _login(hub, "bob", hub.password)
     for path in ("/hub/scalelab/logs/alice", "/hub/scalelab/gpus"):
-        got = bob_browser.get(f"{hub.url}{path}", timeout=30, allow_redirects=False)
+        got = get_as(hub, "bob", hub.password, path, allow_redirects=False)
         assert got.status_code == 403, (path, got.status_code)
 
     # the GPU queue: eve holds the only GPU, carol queues; bob cannot see carol's entry
