@@ -34,6 +34,7 @@ from scalelab import envvars
 from scalelab.hub_ext.hubconfig import UpSettings, config_file_text, kernelspec_dir
 from scalelab.kernels.specs import install_kernelspecs
 from scalelab.store import StoreError, missing_datasets, open_store
+from scalelab.store.errors import store_failure
 
 #: Seconds ``scalelab up`` waits for the hub to answer before it gives up.
 READY_TIMEOUT_S = 180
@@ -186,8 +187,11 @@ def data_hint(store_url: str) -> str | None:
     """A line telling the operator which data sets are missing and how to fetch them, or None."""
     try:
         missing = missing_datasets(open_store(store_url))
-    except (StoreError, OSError) as exc:
-        return f"The course store {store_url} cannot be read: {exc}"
+    except Exception as exc:  # noqa: BLE001 -- each fsspec back end raises its own errors
+        if isinstance(exc, StoreError):
+            return f"The course store {store_url} cannot be read: {exc}"
+        message = str(store_failure(store_url, exc))
+        return message[0].upper() + message[1:]
     if not missing:
         return None
     return (

@@ -176,6 +176,7 @@ def _up(args: argparse.Namespace) -> int:
 def _data_fetch(args: argparse.Namespace) -> int:
     from scalelab.hub_ext.up import default_state_dir, default_store_url
     from scalelab.store import DATASETS, fetch_dataset, open_store
+    from scalelab.store.errors import store_failure
 
     unknown = [n for n in args.names if n not in DATASETS]
     if unknown:
@@ -189,10 +190,13 @@ def _data_fetch(args: argparse.Namespace) -> int:
     if mirror and not Path(mirror).is_dir():
         what = "is not a folder" if Path(mirror).exists() else "does not exist"
         raise UsageError(f"the mirror {mirror} {what}: give a folder laid out like shared/data")
-    fs = open_store(store_url)
-    print(f"Course store: {store_url}")
-    for name in dict.fromkeys(args.names):
-        fetch_dataset(DATASETS[name], fs, mirror=mirror, download=not args.no_download)
+    try:
+        fs = open_store(store_url)
+        print(f"Course store: {store_url}")
+        for name in dict.fromkeys(args.names):
+            fetch_dataset(DATASETS[name], fs, mirror=mirror, download=not args.no_download)
+    except Exception as exc:  # noqa: BLE001 -- each fsspec back end raises its own errors
+        raise store_failure(store_url, exc) from None
     return 0
 
 

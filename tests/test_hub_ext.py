@@ -203,3 +203,39 @@ def test_hub_log_tail_shows_only_this_run_with_its_reason_first(tmp_path: Path):
     tail = _log_tail(log, offset)
     assert tail.startswith("Reason: ValueError: profiles: a slug is used twice\n")
     assert "an old mistake" not in tail
+
+
+class NoCredentialsError(Exception):
+    """Stands in for botocore's error: a store back end's own exception, not a StoreError."""
+
+    def __str__(self) -> str:
+        return "Unable to locate credentials"
+
+
+def _no_credentials(*_args: object, **_kwargs: object) -> None:
+    raise NoCredentialsError
+
+
+@pytest.mark.parametrize("where", ["open_store", "missing_datasets"])
+def test_data_hint_turns_any_store_exception_into_one_line(
+    where: str, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(f"scalelab.hub_ext.up.{where}", _no_credentials)
+    if where == "missing_datasets":
+        monkeypatch.setattr("scalelab.hub_ext.up.open_store", lambda url: object())
+    hint = data_hint("s3://nobucket/course")
+    assert hint is not None and "\n" not in hint
+    assert hint.startswith("The course store s3://nobucket/course cannot be read: ")
+    assert "NoCredentialsError: Unable to locate credentials" in hint
+    assert "credentials" in hint.split("Check", 1)[1]
+
+
+def test_data_fetch_turns_any_store_exception_into_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    monkeypatch.setattr("scalelab.store.open_store", _no_credentials)
+    assert main(["data", "fetch", "millionsong", "--store", "s3://nobucket/course"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("scalelab: error: the course store s3://nobucket/course cannot be read")
+    assert "NoCredentialsError" in err and "Traceback" not in err
+    assert err.count("\n") == 1
