@@ -129,9 +129,15 @@ def _labs(args: argparse.Namespace) -> int:
         report = sync_labs(args.home, labs)
     except OSError as exc:
         raise UsageError(f"copying the labs into {args.home} stopped: {exc}") from None
-    for message in report.messages or ["nothing new: every lab is there already"]:
+    if not report.messages and not report.refused:
+        print("nothing new: every lab is there already")
+    for message in report.messages:
         print(message)
-    return 0
+    folder = args.from_dir or os.environ.get(envvars.LABS_DIR)
+    for problem in report.problems:
+        where = f"{folder.rstrip('/')}/" if folder else ""
+        print(f"scalelab: error: {where}{problem}", file=sys.stderr)
+    return 2 if report.refused else 0
 
 
 def _doctor(args: argparse.Namespace) -> int:
