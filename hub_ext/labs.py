@@ -31,7 +31,7 @@ from pathlib import Path
 import nbformat
 
 from scalelab import envvars
-from scalelab.hub_ext.release import MARKERS, write_atomic
+from scalelab.hub_ext.release import MARKERS, cell_label, write_atomic
 
 #: The manifest of delivered labs, relative to the home.
 MANIFEST = Path(".scalelab") / "labs.json"
@@ -71,11 +71,10 @@ def lab_problem(name: str, content: bytes) -> str | None:
             f"{name} is not a valid notebook ({first}); it was not delivered: "
             "release the labs again with `scalelab labs release SRC_DIR DEST_DIR`"
         )
-    for number, cell in enumerate(nb.cells, start=1):
+    for index, cell in enumerate(nb.cells):
         marker = next((m for m in MARKERS if m in cell.get("source", "")), None)
         if marker:
-            cell_id = cell.get("id")
-            where = f"cell {number}" + (f" (id {cell_id})" if cell_id else "")
+            where = cell_label(index, cell.get("id"))
             return (
                 f"{name} is an instructor notebook: {where} holds {marker!r}; it was not "
                 "delivered: deliver the student version written by "
