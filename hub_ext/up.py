@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+import fsspec
 import psutil
 
 from scalelab import envvars
@@ -59,6 +60,42 @@ def default_state_dir() -> Path:
 def default_store_url(state_dir: Path) -> str:
     """The embedded course store: the folder ``<state dir>/store`` as a ``file://`` URL."""
     return (state_dir.resolve() / "store").as_uri()
+
+
+def absolute_store_url(store_url: str, cwd: Path | None = None) -> str:
+    """``store_url`` with a relative local path made absolute against ``cwd`` (this folder).
+
+    Each student server runs in its own home, so a relative path there would name another folder
+    for each of them. URLs with a protocol (``file://``, ``s3://``, ``hdfs://`` ...) and absolute
+    paths are returned as they are; ``~`` is expanded.
+    """
+    if fsspec.core.split_protocol(store_url)[0] is not None:
+        return store_url
+    path = Path(store_url).expanduser()
+    if path.is_absolute():
+        return str(path)
+    return str(Path(os.path.abspath((cwd or Path.cwd()) / path)))
+
+
+def up_settings(
+    state_dir: Path, *, ip: str, port: int, store_url: str | None, cwd: Path | None = None
+) -> UpSettings:
+    """The settings ``scalelab up`` writes into its config (state folder already resolved).
+
+    Raises
+    ------
+    UpError
+        configurable-http-proxy is not installed.
+    """
+    return UpSettings(
+        state_dir=str(state_dir),
+        store_url=absolute_store_url(store_url, cwd) if store_url else default_store_url(state_dir),
+        proxy_command=find_proxy(),
+        hub_port=free_port(),
+        proxy_api_port=free_port(),
+        ip=ip,
+        port=port,
+    )
 
 
 def find_proxy() -> list[str]:
@@ -325,15 +362,7 @@ def run_up(
     try:
         check_port_free(ip, port)
         password, generated = resolve_password(password)
-        settings = UpSettings(
-            state_dir=str(state_dir),
-            store_url=store_url or default_store_url(state_dir),
-            proxy_command=find_proxy(),
-            hub_port=free_port(),
-            proxy_api_port=free_port(),
-            ip=ip,
-            port=port,
-        )
+        settings = up_settings(state_dir, ip=ip, port=port, store_url=store_url)
         install_kernelspecs(kernelspec_dir(state_dir))
         config_path = state_dir / "jupyterhub_config.py"
         config_path.write_text(config_file_text(settings, operator_config))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -18,11 +19,13 @@ from scalelab.hub_ext.up import (
     StateLock,
     UpError,
     _log_tail,
+    absolute_store_url,
     check_port_free,
     data_hint,
     free_port,
     listener_pid,
     resolve_password,
+    up_settings,
     wait_ready,
 )
 
@@ -239,3 +242,31 @@ def test_data_fetch_turns_any_store_exception_into_one_line(
     assert err.startswith("scalelab: error: the course store s3://nobucket/course cannot be read")
     assert "NoCredentialsError" in err and "Traceback" not in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("relative/store", "{cwd}/relative/store"),
+        ("./store/../course", "{cwd}/course"),
+        ("/srv/course", "/srv/course"),
+        ("file:///srv/course", "file:///srv/course"),
+        ("s3://bucket/course", "s3://bucket/course"),
+        ("hdfs://nn:8020/course", "hdfs://nn:8020/course"),
+    ],
+)
+def test_up_writes_a_relative_store_path_as_an_absolute_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, expected: str
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("scalelab.hub_ext.up.find_proxy", lambda: ["/usr/bin/chp"])
+    settings = up_settings(tmp_path / "state", ip="127.0.0.1", port=8000, store_url=given)
+    want = expected.format(cwd=tmp_path)
+    assert settings.store_url == want
+    assert embedded_config(settings, "s3cret-pass").ScaleLabSpawner.store_url == want
+    assert json.dumps(want) in config_file_text(settings, operator_config=None)
+
+
+def test_absolute_store_url_expands_the_home_and_takes_the_folder_given():
+    assert absolute_store_url("~/store") == str(Path.home() / "store")
+    assert absolute_store_url("store", Path("/work/here")) == "/work/here/store"
