@@ -206,12 +206,20 @@ def resolve_password(given: str | None) -> tuple[str, bool]:
     Raises
     ------
     UpError
-        The password has fewer than 8 characters.
+        The password has fewer than 8 characters, is only whitespace, or ``--password`` was
+        given empty (leave it out to get a generated one).
     """
-    source = "--password" if given else envvars.PASSWORD
-    password = given or os.environ.get(envvars.PASSWORD) or ""
-    if not password:
+    source = "--password" if given is not None else envvars.PASSWORD
+    password = given if given is not None else os.environ.get(envvars.PASSWORD) or ""
+    if given is None and not password:
         return secrets.token_urlsafe(12), True
+    if not password.strip():
+        what = "is empty" if not password else f"is only whitespace ({len(password)} characters)"
+        instead = "leave --password out" if given is not None else f"unset {envvars.PASSWORD}"
+        raise UpError(
+            f"the password given by {source} {what}; it needs at least {MIN_PASSWORD_LENGTH} "
+            f"characters besides spaces. Choose one, or {instead} to get a generated one."
+        )
     if len(password) < MIN_PASSWORD_LENGTH:
         raise UpError(
             f"the password given by {source} has {len(password)} characters; it needs at least "

@@ -79,6 +79,42 @@ def test_password_rules(monkeypatch: pytest.MonkeyPatch):
         resolve_password(None)
 
 
+@pytest.mark.parametrize("blank", ["         ", " \t\n        "])
+def test_a_whitespace_password_is_refused_from_the_env_and_the_option(
+    blank: str, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("SCALELAB_PASSWORD", blank)
+    with pytest.raises(UpError) as info:
+        resolve_password(None)
+    assert str(info.value) == (
+        f"the password given by SCALELAB_PASSWORD is only whitespace ({len(blank)} characters); "
+        "it needs at least 8 characters besides spaces. Choose one, or unset SCALELAB_PASSWORD "
+        "to get a generated one."
+    )
+    monkeypatch.delenv("SCALELAB_PASSWORD")
+    with pytest.raises(UpError, match=r"given by --password is only whitespace .*leave --pass"):
+        resolve_password(blank)
+
+
+def test_an_empty_password_option_is_refused_not_replaced_by_a_generated_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    monkeypatch.setenv("SCALELAB_PASSWORD", "from-the-env")  # not used instead either
+    with pytest.raises(UpError) as info:
+        resolve_password("")
+    assert str(info.value) == (
+        "the password given by --password is empty; it needs at least 8 characters besides "
+        "spaces. Choose one, or leave --password out to get a generated one."
+    )
+    state = tmp_path / "state"
+    assert (
+        main(["up", "--state-dir", str(state), "--port", str(free_port()), "--password", ""]) == 2
+    )
+    err = capsys.readouterr().err
+    assert err.startswith("scalelab: error: the password given by --password is empty;")
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+
+
 def test_second_lock_on_a_state_folder_names_the_owner(tmp_path: Path):
     first = StateLock(tmp_path / "scalelab-up.lock")
     first.acquire("http://127.0.0.1:8000/")
