@@ -31,7 +31,7 @@ from pathlib import Path
 import nbformat
 
 from scalelab import envvars
-from scalelab.hub_ext.release import write_atomic
+from scalelab.hub_ext.release import MARKERS, cell_label, write_atomic
 
 #: The manifest of delivered labs, relative to the home.
 MANIFEST = Path(".scalelab") / "labs.json"
@@ -54,6 +54,35 @@ def bundled_labs() -> dict[str, bytes]:
     }
 
 
+def lab_problem(name: str, content: bytes) -> str | None:
+    """Why the released lab ``name`` must not be delivered, as one line; None when it may be.
+
+    Refused: a file that is not a valid notebook, and an instructor notebook that still holds
+    nbgrader markers (``### BEGIN SOLUTION`` ...): solutions or hidden tests would reach the
+    student.
+    """
+    try:
+        nb = nbformat.reads(content.decode("utf-8"), as_version=4)
+        nbformat.validate(nb)
+    except Exception as exc:  # noqa: BLE001 -- nbformat raises many kinds on odd JSON
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        return (
+            f"{name} is not a valid notebook ({first}); it was not delivered: "
+            "release the labs again with `scalelab labs release SRC_DIR DEST_DIR`"
+        )
+    for index, cell in enumerate(nb.cells):
+        marker = next((m for m in MARKERS if m in cell.get("source", "")), None)
+        if marker:
+            where = cell_label(index, cell.get("id"))
+            return (
+                f"{name} is an instructor notebook: {where} holds {marker!r}; it was not "
+                "delivered: deliver the student version written by "
+                "`scalelab labs release SRC_DIR DEST_DIR`"
+            )
+    return None
+
+
 @dataclasses.dataclass
 class SyncReport:
     """What one sync did: file names relative to the home, and messages for the student."""
@@ -62,6 +91,9 @@ class SyncReport:
     updated: list[str] = dataclasses.field(default_factory=list)
     beside: list[str] = dataclasses.field(default_factory=list)
     messages: list[str] = dataclasses.field(default_factory=list)
+    #: Labs not delivered (:func:`lab_problem`), and why, one line each.
+    refused: list[str] = dataclasses.field(default_factory=list)
+    problems: list[str] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -140,7 +172,9 @@ def sync_labs(home: str | Path, labs: dict[str, bytes] | None = None) -> SyncRep
     home
         The student's home (the server's root folder); must exist.
     labs
-        File name -> released notebook bytes; :func:`bundled_labs` when None.
+        File name -> released notebook bytes; :func:`bundled_labs` when None. A lab that is
+        not a valid notebook or still holds nbgrader markers (:func:`lab_problem`) is refused:
+        nothing is written for it, its name goes to ``refused`` and the reason to ``problems``.
 
     Returns
     -------
@@ -157,6 +191,11 @@ def sync_labs(home: str | Path, labs: dict[str, bytes] | None = None) -> SyncRep
     manifest = read_manifest(home)
     report = SyncReport()
     for name, content in (bundled_labs() if labs is None else labs).items():
+        problem = lab_problem(name, content)
+        if problem:
+            report.refused.append(name)
+            report.problems.append(problem)
+            continue
         release_sha = _sha(content)
         entry = manifest["labs"].get(name)
         if entry and entry.get("release") == release_sha:

@@ -27,17 +27,21 @@ from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from scalelab.hub_ext.labs import SyncReport, bundled_labs, read_manifest, sync_labs
+from scalelab.hub_ext.labs import SyncReport, bundled_labs, lab_problem, read_manifest, sync_labs
 from scalelab.templates import templates_dir
 
 _env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=True)
 
 
 def lab_status(home: str) -> list[dict[str, Any]]:
-    """Each bundled lab: ``name``, ``version`` delivered (0: never) and ``pending`` (bool)."""
+    """Each bundled lab: ``name``, ``version`` delivered (0: never) and ``pending`` (bool).
+
+    Labs that a sync refuses (:func:`~scalelab.hub_ext.labs.lab_problem`) are left out."""
     labs = read_manifest(Path(home))["labs"]
     status = []
     for name, content in bundled_labs().items():
+        if lab_problem(name, content):
+            continue
         entry = labs.get(name, {})
         pending = entry.get("release") != hashlib.sha256(content).hexdigest()
         status.append({"name": name, "version": entry.get("version", 0), "pending": pending})

@@ -51,15 +51,22 @@ class ReleaseError(Exception):
     """A notebook cannot be released; the message names the file (and cell) and the fix."""
 
 
+def cell_label(index: int, cell_id: str | None = None) -> str:
+    """How messages name a cell: 1-based, as a notebook shows them, with its id when it has one."""
+    return f"cell {index + 1}" + (f" (id {cell_id})" if cell_id else "")
+
+
 class MarkerError(ValueError):
-    """Unbalanced or nested region markers in one cell (``cell`` is its index)."""
+    """Unbalanced or nested region markers in one cell (``cell`` is its 0-based index; the
+    message counts from 1, like the notebook, and gives the cell's id)."""
 
-    def __init__(self, cell: int, message: str):
-        super().__init__(f"cell {cell}: {message}")
+    def __init__(self, cell: int, message: str, cell_id: str | None = None):
+        super().__init__(f"{cell_label(cell, cell_id)}: {message}")
         self.cell = cell
+        self.cell_id = cell_id
 
 
-def _regions(source: str, cell: int, begin: str, end: str):
+def _regions(source: str, cell: int, begin: str, end: str, cell_id: str | None = None):
     """Split ``source`` into ("text", lines) and ("region", indent, lines) parts.
 
     Raises :class:`MarkerError` for an END without BEGIN, a BEGIN inside a region or a region
@@ -73,18 +80,20 @@ def _regions(source: str, cell: int, begin: str, end: str):
         marker = match["marker"] if match else None
         if marker == begin:
             if indent is not None:
-                raise MarkerError(cell, f"{begin!r} inside an open region; close it with {end!r}")
+                raise MarkerError(
+                    cell, f"{begin!r} inside an open region; close it with {end!r}", cell_id
+                )
             parts.append(("text", current))
             current, indent = [], match["indent"]
         elif marker == end:
             if indent is None:
-                raise MarkerError(cell, f"{end!r} without {begin!r} before it")
+                raise MarkerError(cell, f"{end!r} without {begin!r} before it", cell_id)
             parts.append(("region", indent, current))
             current, indent = [], None
         else:
             current.append(line)
     if indent is not None:
-        raise MarkerError(cell, f"{begin!r} is never closed: add {end!r}")
+        raise MarkerError(cell, f"{begin!r} is never closed: add {end!r}", cell_id)
     parts.append(("text", current))
     return parts
 
@@ -103,7 +112,7 @@ class ClearSolutions(Preprocessor):
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type not in ("code", "markdown"):
             return cell, resources
-        parts = _regions(cell.source, index, BEGIN_SOLUTION, END_SOLUTION)
+        parts = _regions(cell.source, index, BEGIN_SOLUTION, END_SOLUTION, cell.get("id"))
         if len(parts) == 1:
             return cell, resources
         stub = self.code_stub if cell.cell_type == "code" else self.text_stub
@@ -124,7 +133,7 @@ class ClearHiddenTests(Preprocessor):
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type != "code":
             return cell, resources
-        parts = _regions(cell.source, index, BEGIN_HIDDEN_TESTS, END_HIDDEN_TESTS)
+        parts = _regions(cell.source, index, BEGIN_HIDDEN_TESTS, END_HIDDEN_TESTS, cell.get("id"))
         if len(parts) > 1:
             cell.source = "".join(line for p in parts if p[0] == "text" for line in p[1])
             cell.source = cell.source.rstrip("\n")
@@ -143,9 +152,14 @@ def student_version(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     resources: dict = {}
     for pre in (ClearHiddenTests(), ClearSolutions(), ClearOutputPreprocessor()):
         student, resources = pre.preprocess(student, resources)
-    leftover = [m for c in student.cells for m in MARKERS if m in c.source]
-    if leftover:  # a marker not alone on its line, e.g. inside a string: refuse, never leak
-        raise MarkerError(-1, f"{leftover[0]!r} is left in the text; put each marker on a line")
+    for index, cell in enumerate(student.cells):
+        leftover = [m for m in MARKERS if m in cell.source]
+        if leftover:  # a marker not alone on its line, e.g. inside a string: refuse, never leak
+            raise MarkerError(
+                index,
+                f"{leftover[0]!r} is left in the text; put each marker on a line",
+                cell.get("id"),
+            )
     return student
 
 
@@ -177,8 +191,10 @@ def release(src_dir: str | Path, dest_dir: str | Path) -> list[Path]:
     """Write the student version of every ``*.ipynb`` in ``src_dir`` into ``dest_dir``.
 
     All notebooks are transformed first; if any is corrupt or has unbalanced markers, a
-    :class:`ReleaseError` names it and nothing is written. Each file is then written to a
-    temporary file beside its target and renamed into place.
+    :class:`ReleaseError` names it and nothing is written. Every file is then written to a
+    temporary file beside its target, and only when all are written are they renamed into
+    place; a ``dest_dir`` that cannot be created or written to is a :class:`ReleaseError` too,
+    with nothing written.
 
     Returns
     -------
@@ -194,12 +210,36 @@ def release(src_dir: str | Path, dest_dir: str | Path) -> list[Path]:
     if not sources:
         raise ReleaseError(f"{src} holds no notebooks (*.ipynb)")
     released = {path.name: release_bytes(path) for path in sources}
-    dest.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, content in released.items():
-        write_atomic(dest / name, content)
-        written.append(dest / name)
-    return written
+    staged: list[tuple[Path, Path]] = []
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        for name, content in released.items():
+            staged.append((_stage(dest / name, content), dest / name))
+    except OSError as exc:
+        for tmp, _target in staged:
+            tmp.unlink(missing_ok=True)
+        reason = exc.strerror or type(exc).__name__
+        raise ReleaseError(
+            f"cannot write the student versions into {dest} ({reason}): give a folder you can "
+            "write to (it is created if missing)"
+        ) from None
+    for tmp, target in staged:
+        os.replace(tmp, target)
+    return [target for _tmp, target in staged]
+
+
+def _stage(target: Path, content: bytes) -> Path:
+    """Write ``content`` to a temporary file beside ``target``; returns its path."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(content)
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return Path(tmp)
 
 
 def write_atomic(target: Path, content: bytes) -> None:

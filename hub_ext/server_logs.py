@@ -10,6 +10,8 @@
 - ``GET /hub/api/scalelab/logfiles/<user>``: ``{"logs": [...]}``, the names there are.
 - ``GET /hub/scalelab/logs/<user>[/<server>]`` (scope ``admin-ui``): a page that follows it.
 
+Both answer 404 naming the user for a user the hub does not know (and never had logs of).
+
 The files outlive the servers, so the log of a server that crashed or was culled stays readable.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from jupyterhub.apihandlers.base import APIHandler
@@ -56,6 +59,22 @@ def read_lines(path: Path, offset: int) -> tuple[list[tuple[str, int]], int]:
     return lines, position
 
 
+def require_user(find_user: Callable[[str], object], log_dir: str, user_name: str) -> None:
+    """Raise a 404 naming ``user_name`` when the hub has no such user.
+
+    A user deleted since keeps the logs written while they existed (the files outlive the
+    servers), so a user with a log folder passes too.
+    """
+    if find_user(user_name) is not None:
+        return
+    if log_dir and server_log_path(log_dir, user_name).parent.is_dir():
+        return
+    # the name goes in args, not in the format string: a '%' in it must not break the message
+    raise web.HTTPError(
+        404, "no user %r on this hub: check the name (the admin page lists the users)", user_name
+    )
+
+
 def _log_dir(handler: BaseHandler) -> str:
     spawner = handler.settings["spawner_class"](config=handler.settings["config"])
     return getattr(spawner, "server_log_dir", "")
@@ -71,6 +90,7 @@ class ServerLogAPIHandler(APIHandler):
             raise web.HTTPError(
                 404, "server logs are not kept: set c.ScaleLabSpawner.server_log_dir"
             )
+        require_user(self.find_user, log_dir, user_name)
         try:
             offset = int(self.get_argument("offset", "0"))
         except ValueError:
@@ -85,7 +105,7 @@ class ServerLogAPIHandler(APIHandler):
                 raise web.HTTPError(404, "no such log: names look like spark-driver-1234.log")
             path = path.parent / log_name
         if not path.is_file():
-            raise web.HTTPError(404, f"no log of {user_name}/{server_name or ''} yet")
+            raise web.HTTPError(404, "no log of %s/%s yet", user_name, server_name or "")
         self.set_header("Content-Type", "application/x-ndjson")
         self.set_header("Cache-Control", "no-cache")
         self.set_header("X-Accel-Buffering", "no")  # a reverse proxy must not hold lines back
@@ -131,6 +151,7 @@ class ServerLogPageHandler(BaseHandler):
     @web.authenticated
     @needs_scope("admin-ui")
     async def get(self, user_name: str, server_name: str = ""):
+        require_user(self.find_user, _log_dir(self), user_name)
         html = await self.render_template(
             "server_logs.html", log_user=user_name, log_server=server_name or ""
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from scalelab.hub_ext import store_drive
-from scalelab.hub_ext.labs import distribute_labs
+from scalelab.hub_ext.labs import sync_labs
 from scalelab.hub_ext.labs_handlers import add_lab_handlers
 
 
@@ -34,12 +34,15 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
 
     notices.setup(serverapp)  # POST /scalelab/api/notice: warnings from the hub to the student
     try:
-        copied = distribute_labs(serverapp.root_dir)
+        report = sync_labs(serverapp.root_dir)
     except OSError as exc:
         serverapp.log.error(
             "ScaleLab could not copy the course labs into %s: %s", serverapp.root_dir, exc
         )
         return
+    for problem in report.problems:
+        serverapp.log.error("ScaleLab did not deliver a course lab: %s", problem)
+    copied = report.copied + report.updated + report.beside
     if copied:
         serverapp.log.info(
             "ScaleLab copied the course labs into %s: %s", serverapp.root_dir, ", ".join(copied)

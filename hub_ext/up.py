@@ -28,12 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+import fsspec
 import psutil
 
 from scalelab import envvars
 from scalelab.hub_ext.hubconfig import UpSettings, config_file_text, kernelspec_dir
 from scalelab.kernels.specs import install_kernelspecs
 from scalelab.store import StoreError, missing_datasets, open_store
+from scalelab.store.errors import store_failure
 
 #: Seconds ``scalelab up`` waits for the hub to answer before it gives up.
 READY_TIMEOUT_S = 180
@@ -58,6 +60,42 @@ def default_state_dir() -> Path:
 def default_store_url(state_dir: Path) -> str:
     """The embedded course store: the folder ``<state dir>/store`` as a ``file://`` URL."""
     return (state_dir.resolve() / "store").as_uri()
+
+
+def absolute_store_url(store_url: str, cwd: Path | None = None) -> str:
+    """``store_url`` with a relative local path made absolute against ``cwd`` (this folder).
+
+    Each student server runs in its own home, so a relative path there would name another folder
+    for each of them. URLs with a protocol (``file://``, ``s3://``, ``hdfs://`` ...) and absolute
+    paths are returned as they are; ``~`` is expanded.
+    """
+    if fsspec.core.split_protocol(store_url)[0] is not None:
+        return store_url
+    path = Path(store_url).expanduser()
+    if path.is_absolute():
+        return str(path)
+    return str(Path(os.path.abspath((cwd or Path.cwd()) / path)))
+
+
+def up_settings(
+    state_dir: Path, *, ip: str, port: int, store_url: str | None, cwd: Path | None = None
+) -> UpSettings:
+    """The settings ``scalelab up`` writes into its config (state folder already resolved).
+
+    Raises
+    ------
+    UpError
+        configurable-http-proxy is not installed.
+    """
+    return UpSettings(
+        state_dir=str(state_dir),
+        store_url=absolute_store_url(store_url, cwd) if store_url else default_store_url(state_dir),
+        proxy_command=find_proxy(),
+        hub_port=free_port(),
+        proxy_api_port=free_port(),
+        ip=ip,
+        port=port,
+    )
 
 
 def find_proxy() -> list[str]:
@@ -168,12 +206,20 @@ def resolve_password(given: str | None) -> tuple[str, bool]:
     Raises
     ------
     UpError
-        The password has fewer than 8 characters.
+        The password has fewer than 8 characters, is only whitespace, or ``--password`` was
+        given empty (leave it out to get a generated one).
     """
-    source = "--password" if given else envvars.PASSWORD
-    password = given or os.environ.get(envvars.PASSWORD) or ""
-    if not password:
+    source = "--password" if given is not None else envvars.PASSWORD
+    password = given if given is not None else os.environ.get(envvars.PASSWORD) or ""
+    if given is None and not password:
         return secrets.token_urlsafe(12), True
+    if not password.strip():
+        what = "is empty" if not password else f"is only whitespace ({len(password)} characters)"
+        instead = "leave --password out" if given is not None else f"unset {envvars.PASSWORD}"
+        raise UpError(
+            f"the password given by {source} {what}; it needs at least {MIN_PASSWORD_LENGTH} "
+            f"characters besides spaces. Choose one, or {instead} to get a generated one."
+        )
     if len(password) < MIN_PASSWORD_LENGTH:
         raise UpError(
             f"the password given by {source} has {len(password)} characters; it needs at least "
@@ -186,8 +232,11 @@ def data_hint(store_url: str) -> str | None:
     """A line telling the operator which data sets are missing and how to fetch them, or None."""
     try:
         missing = missing_datasets(open_store(store_url))
-    except (StoreError, OSError) as exc:
-        return f"The course store {store_url} cannot be read: {exc}"
+    except Exception as exc:  # noqa: BLE001 -- each fsspec back end raises its own errors
+        if isinstance(exc, StoreError):
+            return f"The course store {store_url} cannot be read: {exc}"
+        message = str(store_failure(store_url, exc))
+        return message[0].upper() + message[1:]
     if not missing:
         return None
     return (
@@ -321,15 +370,7 @@ def run_up(
     try:
         check_port_free(ip, port)
         password, generated = resolve_password(password)
-        settings = UpSettings(
-            state_dir=str(state_dir),
-            store_url=store_url or default_store_url(state_dir),
-            proxy_command=find_proxy(),
-            hub_port=free_port(),
-            proxy_api_port=free_port(),
-            ip=ip,
-            port=port,
-        )
+        settings = up_settings(state_dir, ip=ip, port=port, store_url=store_url)
         install_kernelspecs(kernelspec_dir(state_dir))
         config_path = state_dir / "jupyterhub_config.py"
         config_path.write_text(config_file_text(settings, operator_config))

@@ -252,15 +252,18 @@ def ui_url(session: Any, environ: Mapping[str, str]) -> str | None:
     Returns
     -------
     str or None
-        ``/user/<name>/proxy/<port>/`` under JupyterHub (a path on the hub's address),
-        ``http://127.0.0.1:<port>/`` otherwise; None when the UI is off.
+        ``/user/<name>/proxy/<port>/jobs/`` under JupyterHub (a path on the hub's address),
+        ``http://127.0.0.1:<port>/jobs/`` otherwise; None when the UI is off. The jobs page
+        itself, not the UI's root: the root redirects to the absolute ``/jobs/``, which through
+        the hub's proxy lands on the hub's root (404).
     """
     web_url = session.sparkContext.uiWebUrl
     if not web_url:
         return None
     port = int(web_url.rsplit(":", 1)[1].split("/")[0])
     prefix = environ.get("JUPYTERHUB_SERVICE_PREFIX", "")
-    return ui_proxy_path(prefix, port) if prefix else f"http://127.0.0.1:{port}/"
+    root = ui_proxy_path(prefix, port) if prefix else f"http://127.0.0.1:{port}/"
+    return f"{root}jobs/"
 
 
 def ready_line(session: Any, environ: Mapping[str, str]) -> str:

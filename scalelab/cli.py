@@ -129,9 +129,15 @@ def _labs(args: argparse.Namespace) -> int:
         report = sync_labs(args.home, labs)
     except OSError as exc:
         raise UsageError(f"copying the labs into {args.home} stopped: {exc}") from None
-    for message in report.messages or ["nothing new: every lab is there already"]:
+    if not report.messages and not report.refused:
+        print("nothing new: every lab is there already")
+    for message in report.messages:
         print(message)
-    return 0
+    folder = args.from_dir or os.environ.get(envvars.LABS_DIR)
+    for problem in report.problems:
+        where = f"{folder.rstrip('/')}/" if folder else ""
+        print(f"scalelab: error: {where}{problem}", file=sys.stderr)
+    return 2 if report.refused else 0
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -176,6 +182,7 @@ def _up(args: argparse.Namespace) -> int:
 def _data_fetch(args: argparse.Namespace) -> int:
     from scalelab.hub_ext.up import default_state_dir, default_store_url
     from scalelab.store import DATASETS, fetch_dataset, open_store
+    from scalelab.store.errors import store_failure
 
     unknown = [n for n in args.names if n not in DATASETS]
     if unknown:
@@ -189,10 +196,13 @@ def _data_fetch(args: argparse.Namespace) -> int:
     if mirror and not Path(mirror).is_dir():
         what = "is not a folder" if Path(mirror).exists() else "does not exist"
         raise UsageError(f"the mirror {mirror} {what}: give a folder laid out like shared/data")
-    fs = open_store(store_url)
-    print(f"Course store: {store_url}")
-    for name in dict.fromkeys(args.names):
-        fetch_dataset(DATASETS[name], fs, mirror=mirror, download=not args.no_download)
+    try:
+        fs = open_store(store_url)
+        print(f"Course store: {store_url}")
+        for name in dict.fromkeys(args.names):
+            fetch_dataset(DATASETS[name], fs, mirror=mirror, download=not args.no_download)
+    except Exception as exc:  # noqa: BLE001 -- each fsspec back end raises its own errors
+        raise store_failure(store_url, exc) from None
     return 0
 
 

@@ -1,20 +1,22 @@
 """A bounded, least-recently-used local cache of store files, for libraries that need a path.
 
 ``cv2.imread``, ``tf.io.read_file`` on a local path, ``PIL.Image.open(path)`` and friends cannot
-read ``hdfs://`` or ``s3://``. :func:`local_copy` gives them a local file: fsspec's
-``simplecache`` layer downloads the whole file once into the cache folder; later calls reuse it.
-Unlike fsspec's layers on their own, the cache is bounded: after each call the least recently
-used files are removed until the folder holds at most ``max_bytes``.
+read ``hdfs://`` or ``s3://``. :func:`local_copy` gives them a local file: the whole file is
+downloaded once into the cache folder, named by a hash of its path plus its original suffixes
+(``.gz`` stays ``.gz``); later calls reuse it. Unlike fsspec's cache layers, the cache is
+bounded: after each call the least recently used files are removed until the folder holds at
+most ``max_bytes``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import fsspec
-from fsspec.implementations.cached import SimpleCacheFileSystem
 
 from scalelab.store.errors import StoreError
 from scalelab.store.fs import open_store
@@ -27,6 +29,24 @@ def default_cache_dir() -> Path:
     """``$XDG_CACHE_HOME/scalelab/store`` (``~/.cache/scalelab/store`` by default)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "scalelab" / "store"
+
+
+_SUFFIX = re.compile(r"\.[A-Za-z0-9_-]{1,16}")
+
+
+def cache_name(path: str) -> str:
+    """Name of the cached copy of the store file ``path``: the SHA-256 of the path (as fsspec's
+    ``simplecache`` names it) followed by the file name's suffixes, so that libraries that look at
+    the extension (``.gz``, ``.tar.gz``, ``.png`` ...) see the original one.
+
+    ``"datasets/fashion-mnist/raw/t10k-labels-idx1-ubyte.gz"`` -> ``"<sha256>.gz"``.
+    """
+    suffixes = []
+    for suffix in reversed(PurePosixPath(path).suffixes):
+        if not _SUFFIX.fullmatch(suffix) or len(suffixes) == 4:
+            break
+        suffixes.insert(0, suffix)
+    return hashlib.sha256(path.encode()).hexdigest() + "".join(suffixes)
 
 
 def local_copy(
@@ -82,23 +102,19 @@ def local_copy(
         )
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    cached = SimpleCacheFileSystem(fs=fs, cache_storage=str(folder), skip_instance_cache=True)
-    existing = cached._check_file(path)
-    if existing and os.path.getsize(existing) != size:
-        os.remove(existing)  # stale: fetch it again
-        existing = None
-    if not existing:
-        # Download under a hidden temporary name, then rename to simplecache's name for the
-        # path: a reader in another process never opens a partial copy.
-        final = folder / cached.hash_name(path)
+    final = folder / cache_name(path)
+    if final.exists() and final.stat().st_size != size:
+        final.unlink()  # stale: fetch it again
+    if not final.exists():
+        # Download under a hidden temporary name, then rename into place: a reader in another
+        # process never opens a partial copy.
         part = folder / f".{final.name}.{os.getpid()}.part"
         try:
             fs.get_file(path, str(part))
             os.replace(part, final)
         finally:
             part.unlink(missing_ok=True)
-    with cached.open(path, "rb") as f:  # a cache hit now
-        local = os.path.abspath(f.name)
+    local = os.path.abspath(final)
     now = time.time()
     os.utime(local, (now, now))  # the LRU clock: last time handed out
     evict(folder, max_bytes, keep=local)

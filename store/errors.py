@@ -35,3 +35,20 @@ class DataSourceError(StoreError):
 
 class ChecksumError(StoreError):
     """A file's bytes do not match the SHA-256 recorded for it; the file was refused."""
+
+
+def store_failure(url: str, exc: BaseException) -> StoreError:
+    """``exc`` (raised by a store call) as a one-line :class:`StoreError` naming ``url``.
+
+    A :class:`StoreError` is returned as is. Anything else -- fsspec back ends raise their own
+    errors (botocore's ``NoCredentialsError``, ``ClientError``, hdfs-native's ...) -- becomes a
+    :class:`StoreUnavailableError` that names the store, the error and what to check.
+    """
+    if isinstance(exc, StoreError):
+        return exc
+    detail = " ".join(str(exc).split())[:300] or "no details"
+    return StoreUnavailableError(
+        f"the course store {url} cannot be read: {type(exc).__name__}: {detail}. Check the store "
+        "URL (--store or c.ScaleLabSpawner.store_url), its credentials (for s3://: "
+        "AWS_ACCESS_KEY_ID / ~/.aws/credentials or store_options) and that it is reachable."
+    )

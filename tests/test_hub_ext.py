@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -18,11 +19,13 @@ from scalelab.hub_ext.up import (
     StateLock,
     UpError,
     _log_tail,
+    absolute_store_url,
     check_port_free,
     data_hint,
     free_port,
     listener_pid,
     resolve_password,
+    up_settings,
     wait_ready,
 )
 
@@ -74,6 +77,42 @@ def test_password_rules(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("SCALELAB_PASSWORD", "short12")
     with pytest.raises(UpError, match="given by SCALELAB_PASSWORD has 7 characters"):
         resolve_password(None)
+
+
+@pytest.mark.parametrize("blank", ["         ", " \t\n        "])
+def test_a_whitespace_password_is_refused_from_the_env_and_the_option(
+    blank: str, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("SCALELAB_PASSWORD", blank)
+    with pytest.raises(UpError) as info:
+        resolve_password(None)
+    assert str(info.value) == (
+        f"the password given by SCALELAB_PASSWORD is only whitespace ({len(blank)} characters); "
+        "it needs at least 8 characters besides spaces. Choose one, or unset SCALELAB_PASSWORD "
+        "to get a generated one."
+    )
+    monkeypatch.delenv("SCALELAB_PASSWORD")
+    with pytest.raises(UpError, match=r"given by --password is only whitespace .*leave --pass"):
+        resolve_password(blank)
+
+
+def test_an_empty_password_option_is_refused_not_replaced_by_a_generated_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    monkeypatch.setenv("SCALELAB_PASSWORD", "from-the-env")  # not used instead either
+    with pytest.raises(UpError) as info:
+        resolve_password("")
+    assert str(info.value) == (
+        "the password given by --password is empty; it needs at least 8 characters besides "
+        "spaces. Choose one, or leave --password out to get a generated one."
+    )
+    state = tmp_path / "state"
+    assert (
+        main(["up", "--state-dir", str(state), "--port", str(free_port()), "--password", ""]) == 2
+    )
+    err = capsys.readouterr().err
+    assert err.startswith("scalelab: error: the password given by --password is empty;")
+    assert "Traceback" not in err and len(err.splitlines()) == 1
 
 
 def test_second_lock_on_a_state_folder_names_the_owner(tmp_path: Path):
@@ -203,3 +242,67 @@ def test_hub_log_tail_shows_only_this_run_with_its_reason_first(tmp_path: Path):
     tail = _log_tail(log, offset)
     assert tail.startswith("Reason: ValueError: profiles: a slug is used twice\n")
     assert "an old mistake" not in tail
+
+
+class NoCredentialsError(Exception):
+    """Stands in for botocore's error: a store back end's own exception, not a StoreError."""
+
+    def __str__(self) -> str:
+        return "Unable to locate credentials"
+
+
+def _no_credentials(*_args: object, **_kwargs: object) -> None:
+    raise NoCredentialsError
+
+
+@pytest.mark.parametrize("where", ["open_store", "missing_datasets"])
+def test_data_hint_turns_any_store_exception_into_one_line(
+    where: str, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(f"scalelab.hub_ext.up.{where}", _no_credentials)
+    if where == "missing_datasets":
+        monkeypatch.setattr("scalelab.hub_ext.up.open_store", lambda url: object())
+    hint = data_hint("s3://nobucket/course")
+    assert hint is not None and "\n" not in hint
+    assert hint.startswith("The course store s3://nobucket/course cannot be read: ")
+    assert "NoCredentialsError: Unable to locate credentials" in hint
+    assert "credentials" in hint.split("Check", 1)[1]
+
+
+def test_data_fetch_turns_any_store_exception_into_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    monkeypatch.setattr("scalelab.store.open_store", _no_credentials)
+    assert main(["data", "fetch", "millionsong", "--store", "s3://nobucket/course"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("scalelab: error: the course store s3://nobucket/course cannot be read")
+    assert "NoCredentialsError" in err and "Traceback" not in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("relative/store", "{cwd}/relative/store"),
+        ("./store/../course", "{cwd}/course"),
+        ("/srv/course", "/srv/course"),
+        ("file:///srv/course", "file:///srv/course"),
+        ("s3://bucket/course", "s3://bucket/course"),
+        ("hdfs://nn:8020/course", "hdfs://nn:8020/course"),
+    ],
+)
+def test_up_writes_a_relative_store_path_as_an_absolute_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, expected: str
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("scalelab.hub_ext.up.find_proxy", lambda: ["/usr/bin/chp"])
+    settings = up_settings(tmp_path / "state", ip="127.0.0.1", port=8000, store_url=given)
+    want = expected.format(cwd=tmp_path)
+    assert settings.store_url == want
+    assert embedded_config(settings, "s3cret-pass").ScaleLabSpawner.store_url == want
+    assert json.dumps(want) in config_file_text(settings, operator_config=None)
+
+
+def test_absolute_store_url_expands_the_home_and_takes_the_folder_given():
+    assert absolute_store_url("~/store") == str(Path.home() / "store")
+    assert absolute_store_url("store", Path("/work/here")) == "/work/here/store"

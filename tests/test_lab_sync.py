@@ -229,3 +229,83 @@ def test_the_sync_command_delivers_from_a_release_folder(
     assert "nothing new" in capsys.readouterr().out
     assert main(["labs", "sync", str(tmp_path / "nope")]) == 2
     assert "nope is not a folder" in capsys.readouterr().err
+
+
+def _instructor_lab(marker: str) -> bytes:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# lab 3"),
+        nbformat.v4.new_code_cell(f"x = 1\n{marker}\ny = 2\n{marker.replace('BEGIN', 'END')}"),
+    ]
+    nb.cells[1].id = "answer-cell"
+    return (nbformat.writes(nb) + "\n").encode()
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"{", "lab3.ipynb is not a valid notebook ("),
+        (b"\xff\xfe", "lab3.ipynb is not a valid notebook ("),
+        (b'{"cells": 3}', "lab3.ipynb is not a valid notebook ("),
+        (
+            _instructor_lab("### BEGIN SOLUTION"),
+            "lab3.ipynb is an instructor notebook: cell 2 (id answer-cell) holds "
+            "'### BEGIN SOLUTION'",
+        ),
+        (
+            _instructor_lab("### BEGIN HIDDEN TESTS"),
+            "lab3.ipynb is an instructor notebook: cell 2 (id answer-cell) holds "
+            "'### BEGIN HIDDEN TESTS'",
+        ),
+    ],
+)
+def test_a_corrupt_or_instructor_notebook_is_refused_and_nothing_is_written_for_it(
+    tmp_path: Path, content: bytes, expected: str
+):
+    report = sync_labs(tmp_path, {**V1, "lab3.ipynb": content})
+    assert report.copied == ["lab1.ipynb", "lab2.ipynb"]
+    assert report.refused == ["lab3.ipynb"]
+    assert len(report.problems) == 1 and report.problems[0].startswith(expected)
+    assert "scalelab labs release" in report.problems[0] and "\n" not in report.problems[0]
+    assert "lab3" not in " ".join(report.messages)
+    assert _files(tmp_path) == {"lab1.ipynb", "lab2.ipynb"}
+    assert "lab3.ipynb" not in json.loads((tmp_path / MANIFEST).read_text())["labs"]
+
+
+def test_the_sync_command_refuses_a_corrupt_or_instructor_notebook(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    from scalelab.cli import main
+
+    released, home = tmp_path / "released", tmp_path / "home"
+    released.mkdir()
+    home.mkdir()
+    (released / "broken.ipynb").write_bytes(b"{")
+    (released / "lab3.ipynb").write_bytes(_instructor_lab("### BEGIN SOLUTION"))
+    assert main(["labs", "sync", str(home), "--from", str(released)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 2 and "Traceback" not in err
+    assert lines[0].startswith(f"scalelab: error: {released}/broken.ipynb is not a valid notebook")
+    assert lines[1].startswith(f"scalelab: error: {released}/lab3.ipynb is an instructor notebook")
+    assert all("scalelab labs release" in line for line in lines)
+    assert list(home.iterdir()) == []
+
+
+def test_labs_from_scalelab_labs_dir_are_checked_the_same_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from scalelab.hub_ext.labs_handlers import lab_status
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "lab1.ipynb").write_bytes(V1["lab1.ipynb"])
+    (shared / "lab3.ipynb").write_bytes(_instructor_lab("### BEGIN HIDDEN TESTS"))
+    monkeypatch.setenv("SCALELAB_LABS_DIR", str(shared))
+    home = tmp_path / "home"
+    home.mkdir()
+    report = sync_labs(home)
+    assert report.copied == ["lab1.ipynb"] and report.refused == ["lab3.ipynb"]
+    assert _files(home) == {"lab1.ipynb"}
+    assert [lab["name"] for lab in lab_status(str(home))] == ["lab1.ipynb"]

@@ -199,3 +199,38 @@ def test_log_lines_and_paths(tmp_path: Path):
     assert server_log_path("/logs", "a/../b", "gpu") == Path("/logs/a%2F..%2Fb/server-gpu.log")
     with pytest.raises(ValueError, match="no server_log_dir"):
         server_log_path("", "alice")
+
+
+@pytest.mark.parametrize("name", ["nobody", "no%sbody"])
+def test_logs_of_a_user_the_hub_does_not_know_are_a_404_naming_the_user(tmp_path: Path, name: str):
+    from tornado import web
+
+    from scalelab.hub_ext.server_logs import require_user
+
+    known = {"alice": object()}
+    require_user(known.get, str(tmp_path), "alice")
+    with pytest.raises(web.HTTPError) as info:
+        require_user(known.get, str(tmp_path), name)
+    assert info.value.status_code == 404
+    message = info.value.log_message % info.value.args
+    assert (
+        message == f"no user {name!r} on this hub: check the name (the admin page lists the users)"
+    )
+    # a deleted user's logs outlive them
+    server_log_path(tmp_path, "gone").parent.mkdir(parents=True)
+    require_user(known.get, str(tmp_path), "gone")
+    with pytest.raises(web.HTTPError):
+        require_user(known.get, "", name)  # no log folder configured: only the hub's users
+
+
+@pytest.mark.integration
+def test_the_log_page_and_api_answer_404_for_a_user_the_hub_does_not_know(hub):
+    ops = _login(hub, "ops", OPS_PASSWORD)
+    page = ops.get(f"{hub.url}/hub/scalelab/logs/nobody", timeout=30)
+    assert page.status_code == 404
+    assert "no user" in page.text and "nobody" in page.text and "on this hub" in page.text
+    missing = hub.api("GET", "/scalelab/logs/nobody")
+    assert missing.status_code == 404
+    assert missing.json()["message"].startswith("no user 'nobody' on this hub")
+    known = hub.api("GET", "/scalelab/logs/ops")  # a known user without a server yet
+    assert known.status_code == 404 and "no log of ops/" in known.json()["message"]

@@ -83,10 +83,13 @@ def test_unbalanced_markers_are_refused_with_file_and_cell_named(tmp_path: Path,
     nb = nbformat.v4.new_notebook(
         cells=[nbformat.v4.new_code_cell("ok = 1"), nbformat.v4.new_code_cell(cell)]
     )
+    nb.cells[1].id = "the-bad-one"
     nbformat.write(nb, tmp_path / "bad.ipynb")
     with pytest.raises(ReleaseError, match=r"bad\.ipynb") as info:
         release_bytes(tmp_path / "bad.ipynb")
     assert problem in str(info.value)
+    # Cells are counted from 1, as the notebook shows them, and named by id.
+    assert "bad.ipynb: cell 2 (id the-bad-one): " in str(info.value)
 
 
 def test_a_corrupt_notebook_is_refused_by_name_and_nothing_is_written(
@@ -153,3 +156,42 @@ def test_the_release_command_writes_the_student_versions(
     assert sorted(p.name for p in dest.iterdir()) == ["lab.ipynb"]  # no temporary file left
     assert main(["labs", "release", str(src), str(src)]) == 2
     assert "is the source folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dest", ["/proc/forbidden", "/proc/forbidden/deeper", "a_file/dest"])
+def test_an_unwritable_dest_is_one_line_and_nothing_is_written(
+    tmp_path: Path, dest: str, capsys: pytest.CaptureFixture[str]
+):
+    src = tmp_path / "src"
+    src.mkdir()
+    _instructor_notebook(src)
+    (tmp_path / "a_file").write_text("not a folder")
+    target = dest if dest.startswith("/") else str(tmp_path / dest)
+    assert main(["labs", "release", str(src), target]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"scalelab: error: cannot write the student versions into {target} (")
+    assert "give a folder you can write to" in err and "(nothing was written)" in err
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+    assert not Path(target).exists()
+
+
+def test_a_write_failing_midway_leaves_nothing_in_dest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    import scalelab.hub_ext.release as release_module
+
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.mkdir()
+    _instructor_notebook(src, "a.ipynb")
+    _instructor_notebook(src, "b.ipynb")
+    real_stage = release_module._stage
+
+    def stage(target: Path, content: bytes) -> Path:
+        if target.name == "b.ipynb":
+            raise OSError(28, "No space left on device")
+        return real_stage(target, content)
+
+    monkeypatch.setattr(release_module, "_stage", stage)
+    with pytest.raises(ReleaseError, match=r"into .*dest \(No space left on device\)"):
+        release(src, dest)
+    assert list(dest.iterdir()) == []

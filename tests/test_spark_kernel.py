@@ -34,7 +34,7 @@ def test_first_cell_runs_while_spark_starts_then_spark_works(
 
         counted = kernel.run("spark.range(1000).selectExpr('sum(id)').first()[0]")
         assert counted["result"] == "499500", counted
-        ui = re.search(r"Spark UI: http://127\.0\.0\.1:(\d+)/", counted["stderr"])
+        ui = re.search(r"Spark UI: http://127\.0\.0\.1:(\d+)/jobs/", counted["stderr"])
         assert ui, counted["stderr"]
         assert counted["stderr"].count("Spark UI:") == 1
 

@@ -41,3 +41,20 @@ def test_without_hub_settings_the_defaults_and_no_log_file():
     assert conf["spark.driver.memory"] == "1g"
     assert "spark.driver.extraJavaOptions" not in conf
     assert "spark.ui.proxyBase" not in conf
+
+
+class _FakeSession:
+    """What ui_url reads of a SparkSession: ``sparkContext.uiWebUrl``."""
+
+    def __init__(self, web_url: str | None):
+        self.sparkContext = type("SC", (), {"uiWebUrl": web_url})()
+
+
+def test_the_printed_ui_url_is_the_jobs_page_not_the_root_that_redirects_out_of_the_proxy():
+    from scalelab.kernels.spark_session import ui_url
+
+    session = _FakeSession("http://10.0.0.5:41234")
+    hub = {"JUPYTERHUB_SERVICE_PREFIX": "/user/alice/"}
+    assert ui_url(session, hub) == "/user/alice/proxy/41234/jobs/"
+    assert ui_url(session, {}) == "http://127.0.0.1:41234/jobs/"
+    assert ui_url(_FakeSession(None), hub) is None

@@ -27,7 +27,7 @@ from fsspec.implementations.dirfs import DirFileSystem
 from torch.utils.data import DataLoader
 
 from scalelab.store import StoreError, open_store
-from scalelab.store.cache import local_copy
+from scalelab.store.cache import cache_name, local_copy
 from scalelab.store.parquet_stream import iter_batches
 from scalelab.store.shard_plan import Consumer, assign_shards, distributed_from_env, shard_order
 from scalelab.store.streaming import TorchParquetDataset, tf_dataset, write_tfrecord_shards
@@ -280,11 +280,11 @@ def test_local_copy_is_a_bounded_lru_cache(store: DirFileSystem, tmp_path: Path)
 
     a = copy("a")
     assert Path(a).read_bytes() == b"a" * 300 * kib
-    # the copy is where fsspec's simplecache layer looks for it, and nothing partial is left
+    # named by fsspec's simplecache hash of the path, with the suffix kept; nothing partial left
     simplecache = SimpleCacheFileSystem(
         fs=store, cache_storage=str(cache), skip_instance_cache=True
     )
-    assert simplecache._check_file("scratch/cache/a.bin") == a
+    assert Path(a).name == simplecache.hash_name("scratch/cache/a.bin") + ".bin"
     assert [p.name for p in cache.iterdir()] == [Path(a).name]
     b = copy("b")
     assert copy("a") == a  # a hit: same file, now the most recently used
@@ -301,6 +301,32 @@ def test_local_copy_is_a_bounded_lru_cache(store: DirFileSystem, tmp_path: Path)
     assert Path(copy("a")).read_bytes() == b"A" * 100 * kib
     with pytest.raises(FileNotFoundError, match="not a file in the course store"):
         copy("missing")
+
+
+@pytest.mark.parametrize(
+    ("name", "suffix"),
+    [
+        ("t10k-labels-idx1-ubyte.gz", ".gz"),
+        ("shard.tar.gz", ".tar.gz"),
+        ("image.PNG", ".PNG"),
+        ("README", ""),
+        ("weird.name with space.gz", ".gz"),
+        (".hidden", ""),
+    ],
+)
+def test_local_copy_keeps_the_file_names_suffixes(
+    store: DirFileSystem, tmp_path: Path, name: str, suffix: str
+) -> None:
+    path = f"scratch/suffixes/{name}"
+    store.pipe_file(path, b"payload")
+    local = local_copy(path, store=store, cache_dir=tmp_path / "cache")
+    assert Path(local).name == cache_name(path)
+    assert Path(local).name.endswith(suffix) and Path(local).read_bytes() == b"payload"
+    assert (
+        Path(local).suffixes
+        == ([suffix] if suffix.count(".") == 1 else [".tar", ".gz"])[: suffix.count(".")]
+    )
+    assert local_copy(path, store=store, cache_dir=tmp_path / "cache") == local  # a hit
 
 
 def test_bad_input_is_named(store: DirFileSystem) -> None:
