@@ -140,6 +140,7 @@ class ServerLogListHandler(APIHandler):
             raise web.HTTPError(
                 404, "server logs are not kept: set c.ScaleLabSpawner.server_log_dir"
             )
+        require_user(self.find_user, log_dir, user_name)
         folder = server_log_path(log_dir, user_name).parent
         names = sorted(p.name for p in folder.glob("*.log") if LOG_NAME.match(p.name))
         self.finish({"logs": names})

@@ -225,12 +225,12 @@ def test_logs_of_a_user_the_hub_does_not_know_are_a_404_naming_the_user(tmp_path
 
 @pytest.mark.integration
 def test_the_log_page_and_api_answer_404_for_a_user_the_hub_does_not_know(hub):
-    ops = _login(hub, "ops", OPS_PASSWORD)
-    page = ops.get(f"{hub.url}/hub/scalelab/logs/nobody", timeout=30)
+    page = get_as(hub, "ops", OPS_PASSWORD, "/hub/scalelab/logs/nobody")
     assert page.status_code == 404
     assert "no user" in page.text and "nobody" in page.text and "on this hub" in page.text
     missing = hub.api("GET", "/scalelab/logs/nobody")
     assert missing.status_code == 404
     assert missing.json()["message"].startswith("no user 'nobody' on this hub")
+    assert hub.api("GET", "/scalelab/logfiles/nobody").status_code == 404
     known = hub.api("GET", "/scalelab/logs/ops")  # a known user without a server yet
     assert known.status_code == 404 and "no log of ops/" in known.json()["message"]
