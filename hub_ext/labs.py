@@ -24,14 +24,13 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 from importlib.resources import files
 from pathlib import Path
 
 import nbformat
 
 from scalelab import envvars
-from scalelab.hub_ext.release import MARKERS, cell_label, write_atomic
+from scalelab.hub_ext.release import MARKERS, cell_label, stage_file, write_atomic
 
 #: The manifest of delivered labs, relative to the home.
 MANIFEST = Path(".scalelab") / "labs.json"
@@ -150,18 +149,14 @@ def _with_notice(content: bytes, name: str, version: int) -> bytes:
 
 def _create_new(target: Path, content: bytes) -> bool:
     """Write ``target`` only if no file is there (False if one appeared meanwhile)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    tmp = stage_file(target, content)
     try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(content)
-            out.flush()
-            os.fsync(out.fileno())
         os.link(tmp, target)  # atomic, and fails if the student created the file meanwhile
         return True
     except FileExistsError:
         return False
     finally:
-        os.unlink(tmp)
+        tmp.unlink()
 
 
 def sync_labs(home: str | Path, labs: dict[str, bytes] | None = None) -> SyncReport:

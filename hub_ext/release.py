@@ -214,7 +214,7 @@ def release(src_dir: str | Path, dest_dir: str | Path) -> list[Path]:
     try:
         dest.mkdir(parents=True, exist_ok=True)
         for name, content in released.items():
-            staged.append((_stage(dest / name, content), dest / name))
+            staged.append((stage_file(dest / name, content), dest / name))
     except OSError as exc:
         for tmp, _target in staged:
             tmp.unlink(missing_ok=True)
@@ -228,8 +228,9 @@ def release(src_dir: str | Path, dest_dir: str | Path) -> list[Path]:
     return [target for _tmp, target in staged]
 
 
-def _stage(target: Path, content: bytes) -> Path:
-    """Write ``content`` to a temporary file beside ``target``; returns its path."""
+def stage_file(target: Path, content: bytes) -> Path:
+    """Write ``content`` (flushed and fsynced) to a temporary ``.<name>.*.part`` file beside
+    ``target``; returns its path. Nothing is left behind when writing fails."""
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as out:
@@ -246,14 +247,9 @@ def write_atomic(target: Path, content: bytes) -> None:
     """Write ``content`` to ``target`` through a temporary file in the same folder and
     ``os.replace``: a reader (or a crash) sees the old file or the new one, never half of it.
     The temporary file is removed when writing fails (``OSError`` is raised as is)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    tmp = stage_file(target, content)
     try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(content)
-            out.flush()
-            os.fsync(out.fileno())
         os.replace(tmp, target)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
         raise

@@ -184,14 +184,14 @@ def test_a_write_failing_midway_leaves_nothing_in_dest(
     src.mkdir()
     _instructor_notebook(src, "a.ipynb")
     _instructor_notebook(src, "b.ipynb")
-    real_stage = release_module._stage
+    real_stage = release_module.stage_file
 
     def stage(target: Path, content: bytes) -> Path:
         if target.name == "b.ipynb":
             raise OSError(28, "No space left on device")
         return real_stage(target, content)
 
-    monkeypatch.setattr(release_module, "_stage", stage)
+    monkeypatch.setattr(release_module, "stage_file", stage)
     with pytest.raises(ReleaseError, match=r"into .*dest \(No space left on device\)"):
         release(src, dest)
     assert list(dest.iterdir()) == []
