@@ -305,4 +305,4 @@ def test_up_writes_a_relative_store_path_as_an_absolute_one(
 
 def test_absolute_store_url_expands_the_home_and_takes_the_folder_given():
     assert absolute_store_url("~/store") == str(Path.home() / "store")
-    assert absolute_store_url("store", Path("/work/here")) == "/work/here/store"
+    assert absolute_store_url("store", Path("/srv/hub")) == "/srv/hub/store"
