@@ -329,10 +329,14 @@ def _swap_when_ready(
             session = lazy.wait()
         except Exception:  # noqa: BLE001 -- explained when a cell touches `spark`
             return
+        try:
+            line = ready_line(session, environ)  # asks the driver JVM (UI address, version)
+        except Exception:  # noqa: BLE001 -- the JVM died in that cell: its error explains it
+            return
         if namespace.get("spark") is lazy:
             namespace["spark"] = session
         if isinstance(namespace.get("sc"), LazySparkContext):
             namespace["sc"] = session.sparkContext
-        print(ready_line(session, environ), file=sys.stderr)
+        print(line, file=sys.stderr)
 
     shell.events.register("post_run_cell", swap)

@@ -186,7 +186,14 @@ async def execute(
     "error": (ename, evalue) or None}``.
     """
     url = f"ws://127.0.0.1:{hub.port}/user/{user}/api/kernels/{kernel_id}/channels"
-    request = HTTPRequest(url, headers={"Authorization": f"token {hub.token}"})
+    # tornado's default 20 s request timeout is too short for a kernel still starting (Spark,
+    # torch) on a busy 2-core machine; a timed-out handshake also leaks its socket until GC.
+    request = HTTPRequest(
+        url,
+        headers={"Authorization": f"token {hub.token}"},
+        connect_timeout=60,
+        request_timeout=180,
+    )
     ws = await websocket_connect(request)
     msg_id = uuid.uuid4().hex
     ws.write_message(
