@@ -142,7 +142,7 @@ def test_home_is_read_write_and_datasets_read_only(alice: StudentStore, store_ro
         ("ls", ("home/bob",)),
         ("ls", ("..",)),
         ("info", ("ops",)),
-        ("get_file", ("ops/credentials", "/tmp/stolen")),
+        ("get_file", ("ops/credentials", "stolen-copy")),
         ("cp_file", ("home/bob/secret.txt", "home/alice/copy.txt")),
         ("cp_file", ("home/alice/x", "home/bob/planted.txt")),
         ("mv", ("home/bob/secret.txt", "home/alice/taken.txt")),
