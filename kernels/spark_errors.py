@@ -77,12 +77,32 @@ def _java_missing(text: str, conf: Mapping[str, str], env: Mapping[str, str]) ->
     )
 
 
+#: Spark's exit status for a JVM that stopped itself after an ``OutOfMemoryError``
+#: (``SparkExitCode.OOM`` in Spark's core, used by ``SparkUncaughtExceptionHandler``).
+SPARK_EXIT_OOM = 52
+
+_EXIT = re.compile(r"\[driver JVM exited with code (-?\d+)\]")
+
+
 def _driver_gone(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
     memory = _size(conf, "spark.driver.memory", "1g")
+    exited = _EXIT.search(text)
+    code = int(exited.group(1)) if exited else None
+    if code == SPARK_EXIT_OOM:
+        how = (
+            f"the Spark driver JVM stopped itself after a java.lang.OutOfMemoryError (exit code "
+            f"{SPARK_EXIT_OOM}): collect()/toPandas() of a large result, a large broadcast, or "
+            "(in local mode) a task's data in the driver's heap."
+        )
+    else:
+        status = f" (exit code {code})" if code is not None else ""
+        how = (
+            f"the Spark driver JVM is gone{status}, so the Py4J connection to it failed. This "
+            "is almost always the driver running out of memory: collect()/toPandas() of a large "
+            "result, a large broadcast, or (in local mode) a task's data in the driver's heap."
+        )
     return Explanation(
-        "the Spark driver JVM is gone (the Py4J connection to it failed). This is almost "
-        "always the driver running out of memory: collect()/toPandas() of a large result, a "
-        "large broadcast, or (in local mode) a task's data in the driver's heap.",
+        how,
         ("spark.driver.memory",),
         f"raise spark.driver.memory (now {memory}): choose a larger 'Spark driver memory' in "
         "the spawn form and restart the server, or bring less data to the driver (.limit(n), "
@@ -200,15 +220,31 @@ RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
     (re.compile(r"PythonException.*\bMemoryError\b", re.S), _python_worker),
     (
         re.compile(
-            r"Py4JNetworkError|Answer from Java side is empty|Error while (sending|receiving)"
+            # A Py4J call that lost its connection half-way raises a bare Py4JError with no
+            # Java trace; the hook adds the driver's exit status when its process has ended.
+            r"\[driver JVM exited with code -?\d+\]"
+            r"|^Py4JError\b[^\n]*: An error occurred while calling [\w.]+ \["
+            r"|Py4JNetworkError|Answer from Java side is empty|Error while (sending|receiving)"
             r"|ConnectionRefusedError.*py4j|py4j.*ConnectionRefusedError"
             r"|SparkContext (was|has been) shut ?down|stopped SparkContext"
             r"|return value of \"org\.apache\.spark\.SparkContext\.\w+\(\)\" is null",
-            re.I | re.S,
+            re.I | re.S | re.M,
         ),
         _driver_gone,
     ),
 )
+
+
+def _message(exc: BaseException) -> str:
+    """``str(exc)``, or its arguments when that fails.
+
+    A ``Py4JJavaError`` asks the driver JVM for the Java exception's text in ``__str__``; with
+    the JVM gone that raises ``ConnectionRefusedError``, which must not escape the hook.
+    """
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 -- any failure: the plain arguments say enough
+        return BaseException.__str__(exc)
 
 
 def describe(exc: BaseException) -> str:
@@ -229,7 +265,7 @@ def describe(exc: BaseException) -> str:
         while tb is not None:
             modules.append(tb.tb_frame.f_globals.get("__name__", ""))
             tb = tb.tb_next
-        parts.append(f"{names}: {current} [{' '.join(dict.fromkeys(modules))}]")
+        parts.append(f"{names}: {_message(current)} [{' '.join(dict.fromkeys(modules))}]")
         current = current.__cause__ or current.__context__
     return "\n".join(parts)
 
@@ -270,6 +306,23 @@ def _session_conf(namespace: Mapping[str, Any]) -> dict[str, str]:
     return conf
 
 
+def driver_exit_status() -> int | None:
+    """The exit status of this kernel's Spark driver JVM, or None while it runs (or never ran).
+
+    Reads the ``Popen`` that PySpark keeps for the JVM it launched
+    (``SparkContext._gateway.proc``); a negative status is the signal that killed it
+    (``-9``: SIGKILL), :data:`SPARK_EXIT_OOM` a JVM that stopped after an OutOfMemoryError.
+    """
+    try:
+        from pyspark import SparkContext
+
+        gateway = SparkContext._gateway
+        proc = getattr(gateway, "proc", None) if gateway is not None else None
+        return proc.poll() if proc is not None else None
+    except Exception:  # noqa: BLE001 -- no pyspark or no gateway: nothing known
+        return None
+
+
 def install(shell: Any, namespace: Mapping[str, Any]) -> None:
     """Print an :class:`Explanation` below each cell that failed with a known Spark failure.
 
@@ -285,8 +338,21 @@ def install(shell: Any, namespace: Mapping[str, Any]) -> None:
         error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
         if error is None:
             return
-        explanation = explain(describe(error), _session_conf(namespace), os.environ)
-        if explanation is not None:
-            print(explanation.text(), file=sys.stderr)
+        try:
+            _explain_below(error, namespace)
+        except Exception:  # noqa: BLE001 -- the cell's own error must stay the one shown
+            pass
 
     shell.events.register("post_run_cell", hook)
+
+
+def _explain_below(error: BaseException, namespace: Mapping[str, Any]) -> None:
+    """Print the explanation of ``error`` to stderr, if there is one."""
+    description = describe(error)
+    if "py4j" in description.lower():
+        status = driver_exit_status()
+        if status is not None:
+            description += f"\n[driver JVM exited with code {status}]"
+    explanation = explain(description, _session_conf(namespace), os.environ)
+    if explanation is not None:
+        print(explanation.text(), file=sys.stderr)

@@ -29,6 +29,12 @@ DRIVER_STOPPED_BY_OOM = (
     '.cleanupQueryJobs(long)" because the return value of "org.apache.spark.SparkContext'
     '.dagScheduler()" is null'
 )
+# The JVM exited while a call was in flight: py4j gets an empty answer and raises a bare
+# Py4JError with no Java trace (seen when local mode's OutOfMemoryError kills the driver).
+CALL_LOST = (
+    "Py4JError Exception BaseException object: An error occurred while calling "
+    "o45.collectToPython [__main__ pyspark.sql.dataframe py4j.java_gateway py4j.protocol]"
+)
 DRIVER_GONE = (
     "ConnectionRefusedError ConnectionError OSError: [Errno 111] Connection refused "
     "[__main__ py4j.java_gateway py4j.clientserver]"
@@ -73,6 +79,9 @@ EXECUTOR_HEAP = (
         (MAX_RESULT, LOCAL, "spark.driver.maxResultSize"),
         (DRIVER_STOPPED_BY_OOM, LOCAL, "spark.driver.memory"),
         (DRIVER_GONE, LOCAL, "spark.driver.memory"),
+        (CALL_LOST, LOCAL, "spark.driver.memory"),
+        ("Py4JError: whatever py4j said\n[driver JVM exited with code -9]", LOCAL,
+         "spark.driver.memory"),
         (PYTHON_WORKER, LOCAL, "spark.executor.pyspark.memory"),
         (TOO_LITTLE_DRIVER_MEMORY, LOCAL, "spark.driver.memory"),
         (YARN_OVERHEAD, CLUSTER, "spark.executor.memoryOverhead"),
@@ -98,6 +107,24 @@ def test_each_failure_names_its_setting(text: str, conf: dict, setting: str):
 def test_first_setting_is_the_one_to_change():
     assert explain(MAX_RESULT, LOCAL, {}).settings[0] == "spark.driver.maxResultSize"
     assert explain(K8S_OOMKILLED, CLUSTER, {}).settings[0] == "spark.executor.memoryOverhead"
+
+
+def test_driver_exit_status_names_an_out_of_memory_exit():
+    oom = explain(CALL_LOST + "\n[driver JVM exited with code 52]", LOCAL, {})
+    assert "OutOfMemoryError (exit code 52)" in oom.title
+    killed = explain(CALL_LOST + "\n[driver JVM exited with code -9]", LOCAL, {})
+    assert "(exit code -9)" in killed.title and "OutOfMemoryError" not in killed.title
+    # A heap error that the JVM still reported is the heap rule's, exit status or not.
+    heap = explain(EXECUTOR_HEAP + "\n[driver JVM exited with code 52]", LOCAL, {})
+    assert "ran out of Java heap memory" in heap.title
+
+
+def test_a_py4j_error_with_a_java_trace_is_not_a_lost_call():
+    text = (
+        "Py4JError Exception: An error occurred while calling o12.nosuch. Trace:\n"
+        "py4j.Py4JException: Method nosuch([]) does not exist [__main__ py4j.protocol]"
+    )
+    assert explain(text, LOCAL, {}) is None
 
 
 def test_current_values_are_in_the_fix():
@@ -132,3 +159,18 @@ def test_describe_follows_causes_and_traceback_modules():
     assert "ValueError" in text and "JAVA_GATEWAY_EXITED" in text
     assert __name__ in text
     assert explain(text, LOCAL, {}).settings[0] == "JAVA_HOME"
+
+
+def test_describe_survives_an_exception_whose_text_needs_the_dead_jvm():
+    class JavaError(Exception):  # like Py4JJavaError, whose __str__ asks the driver JVM
+        def __str__(self) -> str:
+            raise ConnectionRefusedError(111, "Connection refused")
+
+    try:
+        try:
+            raise JavaError("An error occurred while calling o40.collectToPython.\n")
+        except JavaError:
+            raise ConnectionRefusedError(111, "Connection refused")  # noqa: B904
+    except ConnectionRefusedError as exc:
+        text = describe(exc)
+    assert "JavaError" in text and "An error occurred while calling o40.collectToPython" in text

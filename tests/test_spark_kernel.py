@@ -150,6 +150,29 @@ def test_max_result_size_python_worker_off_heap_and_a_dead_driver(
         assert kernel.km.is_alive()
 
 
+def test_driver_killed_during_a_call_is_explained(
+    kernel_environment: dict[str, str], tmp_path: Path
+):
+    """The JVM dies while a job runs (what local mode's OutOfMemoryError exit does, at a time
+    that depends on the machine): py4j raises a bare Py4JError, explained all the same."""
+    env = _env(kernel_environment, tmp_path, SCALELAB_SPARK_MASTER="local[1]")
+    with Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as kernel:
+        assert kernel.run("spark.range(3).count()")["result"] == "3"
+        out = kernel.run(
+            "import threading\n"
+            "proc = spark.sparkContext._gateway.proc\n"
+            "threading.Timer(3, proc.kill).start()\n"
+            "spark.range(0, 10**12, numPartitions=1).selectExpr('sum(id % 7)').collect()",
+            timeout_s=300,
+        )
+        assert out["error"] is not None
+        assert out["stderr"].count(EXPLANATION) == 1, out
+        assert "Error in callback" not in out["stdout"]  # the explaining hook never fails
+        assert "Setting to change: spark.driver.memory" in out["stderr"]
+        assert "exit code -9" in out["stderr"]
+        assert kernel.km.is_alive()
+
+
 def test_driver_out_of_memory_is_explained(kernel_environment: dict[str, str], tmp_path: Path):
     env = _env(
         kernel_environment,
@@ -164,7 +187,8 @@ def test_driver_out_of_memory_is_explained(kernel_environment: dict[str, str], t
             timeout_s=600,
         )
         assert out["error"] is not None
-        assert out["stderr"].count(EXPLANATION) == 1
+        assert out["stderr"].count(EXPLANATION) == 1, out
+        assert "Error in callback" not in out["stdout"]  # the explaining hook never fails
         assert "Setting to change: spark.driver.memory" in out["stderr"]
         assert "now 512m" in out["stderr"]
 
