@@ -80,8 +80,11 @@ EXECUTOR_HEAP = (
         (DRIVER_STOPPED_BY_OOM, LOCAL, "spark.driver.memory"),
         (DRIVER_GONE, LOCAL, "spark.driver.memory"),
         (CALL_LOST, LOCAL, "spark.driver.memory"),
-        ("Py4JError: whatever py4j said\n[driver JVM exited with code -9]", LOCAL,
-         "spark.driver.memory"),
+        (
+            "Py4JError: whatever py4j said\n[driver JVM exited with code -9]",
+            LOCAL,
+            "spark.driver.memory",
+        ),
         (PYTHON_WORKER, LOCAL, "spark.executor.pyspark.memory"),
         (TOO_LITTLE_DRIVER_MEMORY, LOCAL, "spark.driver.memory"),
         (YARN_OVERHEAD, CLUSTER, "spark.executor.memoryOverhead"),
