@@ -25,7 +25,8 @@ from pathlib import Path
 import psutil
 import requests
 from tornado.httpclient import HTTPRequest
-from tornado.websocket import websocket_connect
+from tornado.iostream import StreamClosedError
+from tornado.websocket import WebSocketClientConnection, websocket_connect
 
 from scalelab.hub_ext.hubconfig import UpSettings, config_file_text
 from scalelab.hub_ext.up import find_proxy, free_port
@@ -245,8 +246,26 @@ async def execute(
             if idle and outcome["status"]:
                 return outcome
     finally:
-        ws.close()
+        await close_websocket(ws)
     raise AssertionError(f"no reply from the kernel in {timeout_s} s: {outcome}")
+
+
+async def close_websocket(ws: WebSocketClientConnection, timeout_s: float = 10) -> None:
+    """Close ``ws`` and wait until its socket is closed.
+
+    tornado's ``close()`` only sends the close frame; the socket closes when the server answers
+    (or after tornado's own 5 s abort). A caller whose event loop ends first (``asyncio.run`` in
+    a thread) would leave the socket to the garbage collector, whose ResourceWarning then fails
+    whichever later test it happens in.
+    """
+    ws.close()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            if await asyncio.wait_for(ws.read_message(), deadline - time.monotonic()) is None:
+                return
+    except (TimeoutError, OSError, StreamClosedError):
+        pass
 
 
 class PlainHub:
