@@ -185,8 +185,10 @@ class Monitor:
                     log.warning("warning %s: %s", key, decision.reason)
                     self.notify(url, decision.reason)
                     memory.warned = True
-                    stop_at = decision.gpu_idle_since + self.rules.gpu_idle_timeout_s
-                    self.toast(key, url, lab_toast.idle_gpu_warning(decision.reason, stop_at))
+                    since = decision.gpu_idle_since
+                    stop_at = since + self.rules.gpu_idle_timeout_s
+                    warning = lab_toast.idle_gpu_warning(uuids, now - since, stop_at, now)
+                    self.toast(key, url, warning)
                 elif decision.action == STOP:
                     log.warning("stopping %s (files are kept): %s", key, decision.reason)
                     self.stop(user, name)

@@ -21,8 +21,13 @@ from typing import Any
 
 import requests
 
+from scalelab.hub_ext.culling import _duration
+
 #: Path of the notifications extension's ingest handler, below a server's URL.
 INGEST_PATH = "jupyterlab-notifications-extension/ingest"
+
+#: JupyterLab's toasts show at most this many characters of a message.
+TOAST_VISIBLE_CHARS = 140
 
 #: How long the "in use again" notice stays on screen, in milliseconds.
 WITHDRAWN_AUTO_CLOSE_MS = 15_000
@@ -39,17 +44,26 @@ def stop_time_utc(stop_at: float) -> str:
     return when.strftime("%H:%M UTC")
 
 
-def idle_gpu_warning(reason: str, stop_at: float) -> dict[str, Any]:
+def idle_gpu_warning(
+    gpus: list[str] | tuple[str, ...], idle_s: float, stop_at: float, now: float
+) -> dict[str, Any]:
     """The ingest payload of an idle-GPU warning.
+
+    JupyterLab cuts a toast's text at 140 characters, so the message is short and puts the
+    facts first: the GPUs, how long they were idle, when the server stops (as a UTC clock time,
+    since a toast may be read minutes after it appeared, and as a duration). With one GPU
+    (a 40-character NVML UUID) it fits whole; the full sentence is the kernels' notice.
 
     Parameters
     ----------
-    reason
-        The monitor's warning (:func:`scalelab.hub_ext.culling.decide`): it names the GPUs,
-        how long they were idle and in how long the server stops.
+    gpus
+        UUIDs of the server's GPUs.
+    idle_s
+        Seconds the GPUs have been idle.
     stop_at
-        When the server will be stopped, in seconds since the epoch; added as a clock time,
-        since a toast may be read minutes after it appeared.
+        When the server will be stopped, in seconds since the epoch.
+    now
+        The present, in seconds since the epoch.
 
     Returns
     -------
@@ -57,7 +71,11 @@ def idle_gpu_warning(reason: str, stop_at: float) -> dict[str, Any]:
         ``{"message": str, "type": "warning", "autoClose": False, "immediate": True}``: a
         warning that stays until the student dismisses it.
     """
-    message = f"ScaleLab: {reason} (Stop at about {stop_time_utc(stop_at)}.)"
+    message = (
+        f"ScaleLab: GPU {', '.join(gpus)} idle for {_duration(idle_s)}: your server stops at "
+        f"about {stop_time_utc(stop_at)} (in {_duration(max(stop_at - now, 0))}); "
+        "files are kept."
+    )
     return {"message": message, "type": "warning", "autoClose": False, "immediate": True}
 
 

@@ -4,7 +4,8 @@ single-user servers. A declared inventory of two fake GPUs stands in for NVML; t
 their utilisation through the monitor's FAKE utilisation file (as in test_culling_hub.py).
 
 bob's GPU goes idle: his JupyterLab shows a warning toast that names the GPU, the idle time and
-when the server stops, and then his server is stopped. alice (busy GPU) and carol (no GPU),
+when the server stops; his GPU working again calls it off with an "in use again" notification;
+idle again, he is warned again and his server is stopped. alice (busy GPU) and carol (no GPU),
 with JupyterLab open all along, get no toast."""
 
 from __future__ import annotations
@@ -82,18 +83,27 @@ def test_an_idle_gpu_is_warned_in_jupyterlab_and_busy_or_cpu_servers_are_not(hub
             toast = pages["bob"].locator(TOAST, has_text="ScaleLab:")
             expect(toast).to_be_visible(timeout=(GPU_IDLE_TIMEOUT_S - 10) * 1000)
             text = toast.inner_text()
-            assert f"Your GPU(s) {gpu_b} have been idle" in text, text
-            idle_for = re.search(r"for (\d+) s\.", text)
+            assert f"ScaleLab: GPU {gpu_b} idle for " in text, text
+            assert "…" not in text, text  # shown whole, not cut at JupyterLab's 140 characters
+            idle_for = re.search(r"idle for (\d+) s:", text)
             assert idle_for, text
             assert GPU_IDLE_TIMEOUT_S - GPU_IDLE_WARNING_S <= int(idle_for.group(1)), text
             assert int(idle_for.group(1)) <= time.time() - idle_from + 1, text
-            assert re.search(r"stopped in about \d+ s", text), text
             # the idle spell starts at the monitor's first poll after the change (2 s polls)
             stops = {stop_time_utc(idle_from + GPU_IDLE_TIMEOUT_S + d) for d in range(31)}
-            stop_clock = re.search(r"Stop at about \d\d:\d\d UTC", text)
-            assert stop_clock and stop_clock.group(0)[len("Stop at about ") :] in stops, text
-            assert "your files are kept" in text
+            stop_clock = re.search(r"your server stops at about (\d\d:\d\d UTC) \(in \d+ s\)", text)
+            assert stop_clock and stop_clock.group(1) in stops, text
+            assert "files are kept" in text
             pages["bob"].screenshot(path=str(SCREENSHOT))
+
+            # bob's GPU works again: the warning is called off in JupyterLab, then idles again
+            hub.utilization.write_text(json.dumps({gpu_a: 90, gpu_b: 80}))
+            again = pages["bob"].locator(TOAST, has_text="in use again")
+            expect(again).to_be_visible(timeout=60_000)
+            assert f"your GPU(s) {gpu_b} are in use again" in again.inner_text()
+            assert "will not be stopped" in again.inner_text()
+            assert _running(hub, "bob")
+            hub.utilization.write_text(json.dumps({gpu_a: 90, gpu_b: 0}))
 
             _wait(lambda: not _running(hub, "bob"), GPU_IDLE_TIMEOUT_S + 60, "bob is stopped")
             for user in ("alice", "carol"):  # open all along, through bob's warning and stop

@@ -28,19 +28,26 @@ def test_the_stop_time_is_a_utc_clock_time_never_earlier_than_the_stop():
 
 
 def test_the_warning_is_a_lasting_warning_toast_naming_gpu_idle_time_and_stop():
-    reason = (
-        "Your GPU(s) GPU-fake-0001 have been idle (at or under 5 %) for 20 min. Your server "
-        "will be stopped in about 10 min to return the GPU to the queue; your files are kept."
-    )
-    payload = lab_toast.idle_gpu_warning(reason, _epoch("2027-05-20 08:41:00"))
+    gpu = "GPU-5f1c2b7a-0d1e-4c3b-9a8f-1234567890ab"  # an NVML UUID: 40 characters
+    now = _epoch("2027-05-20 08:31:00")
+    payload = lab_toast.idle_gpu_warning([gpu], 20 * 60, now + 600, now)
     assert payload["type"] == "warning"
     assert payload["autoClose"] is False  # stays until dismissed
     assert payload["immediate"] is True  # pushed to open tabs at once, not at the next poll
     message = payload["message"]
-    assert message.startswith("ScaleLab: Your GPU(s) GPU-fake-0001 have been idle")
-    assert "for 20 min" in message and "stopped in about 10 min" in message
-    assert message.endswith("(Stop at about 08:41 UTC.)")
+    assert message == (
+        f"ScaleLab: GPU {gpu} idle for 20 min: your server stops at about 08:41 UTC "
+        "(in 10 min); files are kept."
+    )
+    assert len(message) <= lab_toast.TOAST_VISIBLE_CHARS  # JupyterLab shows it whole
     json.dumps(payload, allow_nan=False)  # what the extension's ingest handler requires
+
+
+def test_a_warning_read_late_never_says_a_negative_time():
+    now = _epoch("2027-05-20 08:31:00")
+    message = lab_toast.idle_gpu_warning(["GPU-a", "GPU-b"], 45, now - 5, now)["message"]
+    assert "GPU GPU-a, GPU-b idle for 45 s" in message
+    assert "stops at about 08:31 UTC (in 0 s)" in message
 
 
 def test_the_withdrawal_names_the_gpus_and_closes_by_itself():
