@@ -12,8 +12,9 @@ Started by the hub (``c.JupyterHub.services``, see :func:`culling.configure_cull
 
 and for each server: moves ``last_activity`` to now when it is active (so the idle culler leaves
 a training run alone), posts the idle-GPU warning to the server
-(``POST .../scalelab/api/notice``), or stops the server (``DELETE`` of the server; files kept,
-GPUs back to the pool). Every decision that warns or stops is logged with its reason.
+(``POST .../scalelab/api/notice``, which its kernels print, and a JupyterLab notification
+through :mod:`scalelab.hub_ext.lab_toast`), or stops the server (``DELETE`` of the server;
+files kept, GPUs back to the pool). Every decision that warns or stops is logged with its reason.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from urllib.parse import quote
 
 import requests
 
+from scalelab.hub_ext import lab_toast
 from scalelab.hub_ext.culling import NONE, STOP, WARN, IdleRules, ServerObservation, decide
 
 log = logging.getLogger("scalelab.gpu_monitor")
@@ -142,6 +144,14 @@ class Monitor:
         else:
             self.session.post(url, json={"message": message}, timeout=30).raise_for_status()
 
+    def toast(self, key: str, server_url: str, payload: dict[str, Any]) -> None:
+        """Show ``payload`` in the server's open JupyterLab tabs; a failure is logged only
+        (the kernels still get the notice)."""
+        try:
+            lab_toast.post_toast(self.session, server_url, payload)
+        except requests.RequestException as exc:
+            log.warning("no JupyterLab notification for %s: %s", key, exc)
+
     def stop(self, user: str, server: str) -> None:
         path = f"/users/{quote(user, safe='')}/" + (
             f"servers/{quote(server, safe='')}" if server else "server"
@@ -170,10 +180,15 @@ class Monitor:
                 if memory.warned and decision.gpu_idle_since is None:
                     self.notify(url, None)  # the idle spell ended: withdraw the warning
                     memory.warned = False
+                    self.toast(key, url, lab_toast.idle_gpu_withdrawn(uuids))
                 if decision.action == WARN:
                     log.warning("warning %s: %s", key, decision.reason)
                     self.notify(url, decision.reason)
                     memory.warned = True
+                    since = decision.gpu_idle_since
+                    stop_at = since + self.rules.gpu_idle_timeout_s
+                    warning = lab_toast.idle_gpu_warning(uuids, now - since, stop_at, now)
+                    self.toast(key, url, warning)
                 elif decision.action == STOP:
                     log.warning("stopping %s (files are kept): %s", key, decision.reason)
                     self.stop(user, name)
