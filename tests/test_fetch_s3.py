@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,3 +169,32 @@ def test_an_older_layout_loses_its_manifest_before_it_is_rewritten(
     # The old version's manifest went first: nothing claims to be either version now.
     assert not store.exists(f"datasets/millionsong/{MANIFEST}")
     assert not is_present(store, old)
+
+
+@pytest.mark.parametrize("settings", ["SCALELAB_STORE_OPTIONS", "AWS_*"])
+def test_the_scalelab_data_fetch_command_into_s3(s3: SeaweedS3, shared_data: Path, settings: str):
+    """The command ops run, in its own process, with the endpoint and keys in ScaleLab's
+    ``storage_options`` variable or in botocore's own environment variables."""
+    bucket = f"course-{uuid.uuid4().hex[:8]}"
+    open_store(f"s3://{bucket}", s3.options(*ADMIN)).fs.mkdir(bucket)
+    env = {
+        key: value for key, value in os.environ.items() if not key.startswith(("SCALELAB_", "AWS_"))
+    }
+    if settings == "AWS_*":
+        env.update(AWS_ACCESS_KEY_ID=ADMIN[0], AWS_SECRET_ACCESS_KEY=ADMIN[1])
+        env.update(AWS_ENDPOINT_URL=s3.endpoint, AWS_DEFAULT_REGION="us-east-1")
+    else:
+        env["SCALELAB_STORE_OPTIONS"] = json.dumps(s3.options(*ADMIN))
+    argv = [
+        str(Path(sys.executable).with_name("scalelab")),
+        *("data", "fetch", "millionsong", "--no-download"),
+        *("--store", f"s3://{bucket}/course", "--mirror", str(shared_data)),
+    ]
+    first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "millionsong: written to datasets/millionsong/ (all: 6724 rows)" in first.stdout
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "already in the store at datasets/millionsong/, nothing to do" in again.stdout
+    store = open_store(f"s3://{bucket}/course", s3.options(*ADMIN))
+    assert is_present(store, MILLIONSONG)
