@@ -3,9 +3,11 @@
 ScaleLab's server extension (:mod:`scalelab.hub_ext.serverext`) calls :func:`link` before the
 single-user server builds its contents manager, and :func:`load` once it runs:
 
-- the contents manager becomes jupyter-fs' ``MetaManager``: the home folder stays the file
-  browser's root (served by the contents manager ops configured, if synchronous), and the
-  store is one more drive, ``<hash>:path`` in the contents REST API;
+- the contents manager becomes jupyter-fs' ``MetaManager`` (as
+  :class:`~scalelab.hub_ext.store_contents.StoreMetaManager`, which answers the store's
+  refusals with HTTP 403): the home folder stays the file browser's root (served by the
+  contents manager ops configured, if synchronous), and the store is one more drive,
+  ``<hash>:path`` in the contents REST API;
 - the drive is the student's view of the store (URL ``scalelab:///``, see
   :class:`scalelab.store.StudentStore`): ``home/<user>`` read-write, ``datasets/`` read-only,
   ``..``, absolute paths and symlinks leaving them refused;
@@ -96,7 +98,8 @@ def link(serverapp: Any, environ: Mapping[str, str] | None = None) -> None:
     if not wanted(serverapp, env):
         return
     from jupyter_server.services.contents.manager import AsyncContentsManager
-    from jupyterfs.metamanager import MetaManager
+
+    from scalelab.hub_ext.store_contents import StoreMetaManager
 
     config = Config(drive_config(StoreDrive(parent=serverapp).name))
     if "contents_manager_class" in serverapp.config.get("ServerApp", {}):
@@ -114,7 +117,7 @@ def link(serverapp: Any, environ: Mapping[str, str] | None = None) -> None:
         config.JupyterFs.root_manager_class = chosen
     register_protocol()
     serverapp.update_config(config)
-    serverapp.contents_manager_class = MetaManager
+    serverapp.contents_manager_class = StoreMetaManager
 
 
 def load(serverapp: Any) -> None:

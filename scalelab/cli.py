@@ -183,6 +183,7 @@ def _data_fetch(args: argparse.Namespace) -> int:
     from scalelab.hub_ext.up import default_state_dir, default_store_url
     from scalelab.store import DATASETS, fetch_dataset, open_store
     from scalelab.store.errors import store_failure
+    from scalelab.store.fs import store_options_from_env
 
     unknown = [n for n in args.names if n not in DATASETS]
     if unknown:
@@ -197,7 +198,7 @@ def _data_fetch(args: argparse.Namespace) -> int:
         what = "is not a folder" if Path(mirror).exists() else "does not exist"
         raise UsageError(f"the mirror {mirror} {what}: give a folder laid out like shared/data")
     try:
-        fs = open_store(store_url)
+        fs = open_store(store_url, store_options_from_env())  # e.g. an S3 endpoint and keys
         print(f"Course store: {store_url}")
         for name in dict.fromkeys(args.names):
             fetch_dataset(DATASETS[name], fs, mirror=mirror, download=not args.no_download)

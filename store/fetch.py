@@ -5,9 +5,18 @@ like ``shared/data``), the Debian package's folder (``/usr/share/datasets/...``)
 address. A source that lacks a file is skipped; a source whose file fails its SHA-256 check is
 refused with an error naming the file, and nothing is written to the store.
 
-The store only ever holds complete data sets: files are staged under ``datasets/.staging/``,
-moved into ``datasets/<name>/``, and ``MANIFEST.json`` is written last. A data set whose manifest
-is present and current is left alone, so a re-run does nothing.
+``datasets/<name>/MANIFEST.json`` marks a complete data set: a folder without it is incomplete,
+to readers (:func:`is_present`, :func:`missing_datasets`) and to the next fetch, which writes it
+anew. A data set whose manifest is present and current is left alone, so a re-run does nothing.
+How a data set is published depends on the store:
+
+- a local store (``file://``) stages the files and the manifest under ``datasets/.staging/`` and
+  renames the folder into place: the data set appears whole at once;
+- stores without an atomic rename (S3 and other object stores) get the final objects written in
+  place and the manifest last (an old version loses its manifest first); an interrupted upload
+  leaves no manifest, and the files it wrote are removed then or by the next fetch.
+
+A stale staging folder (prefix) of an interrupted fetch is removed by the next one.
 """
 
 from __future__ import annotations
@@ -25,6 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fsspec import AbstractFileSystem
+from fsspec.asyn import sync
+from fsspec.implementations.dirfs import DirFileSystem
+from fsspec.implementations.local import LocalFileSystem
 
 from scalelab.store.catalog import DATASETS, DatasetSpec, FileSpec
 from scalelab.store.errors import ChecksumError, DataSourceError
@@ -32,6 +44,8 @@ from scalelab.store.shards import CONVERTERS, iter_files
 
 #: Name of the file that marks a complete data set in the store.
 MANIFEST = "MANIFEST.json"
+#: Where a local store stages a data set before renaming it into place.
+STAGING = "datasets/.staging"
 #: Seconds to wait for an upstream server before trying the next source.
 DOWNLOAD_TIMEOUT_S = 30
 _CHUNK = 1 << 20
@@ -172,30 +186,123 @@ def obtain(
     )
 
 
-def _publish(fs: AbstractFileSystem, local_root: Path, target: str, manifest: dict) -> None:
-    """Upload ``local_root`` into the store at ``target``; the manifest is written last."""
-    staging = f"datasets/.staging/{Path(target).name}-{uuid.uuid4().hex[:8]}"
+def renames_atomically(fs: AbstractFileSystem) -> bool:
+    """True when ``fs`` moves a folder in one atomic step: a local disk (``file://``).
+
+    Object stores (S3 and the like) have no rename at all -- fsspec's ``mv`` copies every object
+    and deletes the originals, which s3fs on SeaweedFS cannot even do for a folder -- so a data
+    set is published there by writing its objects in place and the manifest last.
+    """
+    base = fs.fs if isinstance(fs, DirFileSystem) else fs
+    return isinstance(base, LocalFileSystem)
+
+
+def _publish_by_rename(
+    fs: AbstractFileSystem, local_root: Path, target: str, manifest: dict
+) -> None:
+    """Stage ``local_root`` under ``datasets/.staging/``, write the manifest, rename into place.
+
+    The data set appears whole, manifest included, at once; a failure leaves the store as it was.
+    """
+    staging = f"{STAGING}/{Path(target).name}-{uuid.uuid4().hex[:8]}"
     try:
         for rel in iter_files(local_root):
             fs.makedirs(f"{staging}/{rel.parent.as_posix()}", exist_ok=True)
             fs.put_file(str(local_root / rel), f"{staging}/{rel.as_posix()}")
+        fs.pipe_file(f"{staging}/{MANIFEST}", _manifest_bytes(manifest))
         if fs.exists(target):
             fs.rm(target, recursive=True)
         fs.mv(staging, target, recursive=True)
-        fs.pipe_file(f"{target}/{MANIFEST}", json.dumps(manifest, indent=2).encode())
     finally:
         if fs.exists(staging):
             fs.rm(staging, recursive=True)
-        if fs.exists("datasets/.staging") and not fs.ls("datasets/.staging"):
-            fs.rmdir("datasets/.staging")
+        _remove_empty_staging(fs)
 
 
-def _clean_stale_staging(fs: AbstractFileSystem, spec: DatasetSpec) -> None:
-    if not fs.exists("datasets/.staging"):
+def _publish_manifest_last(
+    fs: AbstractFileSystem, local_root: Path, target: str, manifest: dict
+) -> None:
+    """Write ``local_root``'s files as the final objects under ``target``, the manifest last.
+
+    For stores without an atomic rename (object stores). The manifest marks the data set
+    complete, so it goes first when an old version is replaced and last when the new one is
+    written: until then :func:`is_present` is False and a re-run starts over. A failure removes
+    what was written, as far as the store still answers.
+    """
+    if fs.exists(f"{target}/{MANIFEST}"):
+        fs.rm(f"{target}/{MANIFEST}")
+    remove_tree(fs, target)
+    try:
+        for rel in iter_files(local_root):
+            fs.put_file(str(local_root / rel), f"{target}/{rel.as_posix()}")
+        fs.pipe_file(f"{target}/{MANIFEST}", _manifest_bytes(manifest))
+    except BaseException:
+        try:
+            if not fs.exists(f"{target}/{MANIFEST}"):
+                remove_tree(fs, target)
+        except Exception:  # noqa: BLE001 -- the store went away: the missing manifest says enough
+            pass
+        raise
+
+
+def remove_tree(fs: AbstractFileSystem, path: str) -> None:
+    """Remove ``path`` and everything under it, folders included, if it exists.
+
+    S3 servers with a real file system behind them (SeaweedFS's filer) keep a folder after its
+    last object is deleted, and list it; fsspec's ``rm`` deletes objects only. So on S3 each
+    folder left is deleted too, deepest first, as the key ``<folder>/`` (a no-op where no such
+    key exists, as on AWS), and a reader listing ``datasets/`` sees nothing of it.
+    """
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+    base = fs.fs if isinstance(fs, DirFileSystem) else fs
+    if "s3" not in base.protocol:
         return
-    for path in fs.ls("datasets/.staging", detail=False):
-        if Path(path).name.startswith(f"{spec.name}-"):
-            fs.rm(path, recursive=True)
+    base.invalidate_cache()
+    for folder in _folders_deepest_first(fs, path):
+        full = f"{fs.path}/{folder}" if isinstance(fs, DirFileSystem) else folder
+        bucket, key, _ = base.split_path(full)
+        sync(base.loop, base._call_s3, "delete_object", Bucket=bucket, Key=f"{key}/")
+    base.invalidate_cache()
+
+
+def _folders_deepest_first(fs: AbstractFileSystem, path: str) -> list[str]:
+    try:
+        entries = fs.ls(path, detail=True)
+    except FileNotFoundError:
+        return []
+    found = []
+    for entry in entries:
+        if entry["type"] == "directory" and entry["name"].rstrip("/") != path.rstrip("/"):
+            found += _folders_deepest_first(fs, entry["name"])
+    return [*found, path]
+
+
+def _manifest_bytes(manifest: dict) -> bytes:
+    return json.dumps(manifest, indent=2).encode()
+
+
+def _remove_empty_staging(fs: AbstractFileSystem) -> None:
+    if not fs.exists(STAGING):
+        return
+    # On SeaweedFS an empty folder lists as a file of its own name with a "/" after it.
+    if all(path.rstrip("/") == STAGING for path in fs.find(STAGING)):
+        remove_tree(fs, STAGING)
+
+
+def _clean_stale(fs: AbstractFileSystem, spec: DatasetSpec, log: Callable[[str], None]) -> None:
+    """Remove what an interrupted fetch of ``spec`` left: its staging folders (or prefixes), and
+    a data set folder without its manifest."""
+    if fs.exists(STAGING):
+        for path in fs.ls(STAGING, detail=False):
+            if Path(path).name.startswith(f"{spec.name}-"):
+                log(f"{spec.name}: removing {path}/, left by an interrupted fetch")
+                remove_tree(fs, path)
+        _remove_empty_staging(fs)
+    target = dataset_dir(spec)
+    if fs.exists(target) and not fs.exists(f"{target}/{MANIFEST}"):
+        log(f"{spec.name}: {target}/ has no {MANIFEST} (an interrupted fetch): writing it anew")
+        remove_tree(fs, target)
 
 
 def fetch_dataset(
@@ -233,7 +340,7 @@ def fetch_dataset(
     if is_present(fs, spec):
         log(f"{spec.name}: already in the store at {dataset_dir(spec)}/, nothing to do")
         return False
-    _clean_stale_staging(fs, spec)
+    _clean_stale(fs, spec, log)
     log(f"{spec.name}: fetching {len(spec.files)} file(s)")
     mirror_path = Path(mirror) if mirror else None
     with tempfile.TemporaryDirectory(prefix=f"scalelab-{spec.name}-") as tmp:
@@ -249,7 +356,8 @@ def fetch_dataset(
             "rows": rows,
             "files": files,
         }
-        _publish(fs, root, dataset_dir(spec), manifest)
+        publish = _publish_by_rename if renames_atomically(fs) else _publish_manifest_last
+        publish(fs, root, dataset_dir(spec), manifest)
     log(
         f"{spec.name}: written to {dataset_dir(spec)}/ ("
         + ", ".join(f"{split}: {count} rows" for split, count in rows.items())

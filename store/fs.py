@@ -44,6 +44,23 @@ def store_settings(environ: Mapping[str, str] | None = None) -> tuple[str, dict[
             f"{ENV_STORE_URL} is not set: the course store URL is unknown. On the hub set "
             "c.ScaleLabSpawner.store_url; elsewhere export SCALELAB_STORE_URL=file:///path/to/store."
         )
+    return url, store_options_from_env(env)
+
+
+def store_options_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The store's ``storage_options`` from ``SCALELAB_STORE_OPTIONS`` (a JSON object).
+
+    Returns
+    -------
+    dict
+        Empty when the variable is unset or blank.
+
+    Raises
+    ------
+    StoreConfigError
+        The value is not valid JSON, or not a JSON object.
+    """
+    env = os.environ if environ is None else environ
     raw = env.get(ENV_STORE_OPTIONS, "").strip() or "{}"
     try:
         options = json.loads(raw)
@@ -56,7 +73,7 @@ def store_settings(environ: Mapping[str, str] | None = None) -> tuple[str, dict[
         raise StoreConfigError(
             f"{ENV_STORE_OPTIONS} must be a JSON object, not {type(options).__name__}."
         )
-    return url, options
+    return options
 
 
 def open_store(

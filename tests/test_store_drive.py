@@ -99,25 +99,92 @@ def test_writes_go_to_the_home_only(hub: ScaleLabUp):
     assert saved.status_code in (200, 201), saved.text
     assert (store / "home/alice/result.txt").read_text() == "rmse 10.3\n"
     refused = _contents(hub, "alice", "datasets/songs/part-0.csv", "PUT", json=body)
-    # jupyter-fs answers 500 for any save error; the guard's message is what tells the student.
-    assert refused.status_code in (400, 403, 500), refused.text
-    assert "datasets/ is read-only" in refused.text and "Traceback" not in refused.text
+    assert refused.status_code == 403, refused.text
+    assert "datasets/ is read-only" in refused.json()["message"]
     assert (store / "datasets/songs/part-0.csv").read_text().startswith("year")
     refused = _contents(hub, "alice", "home/bob/planted.txt", "PUT", json=body)
-    assert refused.status_code in (400, 403, 500), refused.text
-    assert "you may read and write home/alice" in refused.text
+    assert refused.status_code == 403, refused.text
+    assert "you may read and write home/alice" in refused.json()["message"]
     assert not (store / "home/bob/planted.txt").exists()
-    assert _contents(hub, "alice", "datasets/songs", "DELETE").status_code >= 400
-    assert (store / "datasets/songs/part-0.csv").exists()
-    for target in ("home/bob/moved.txt", "datasets/songs/moved.txt", "ops/moved.txt"):
-        body = {"path": f"{drive_id()}:{target}"}
-        moved = _contents(hub, "alice", "home/alice/result.txt", "PATCH", json=body)
-        assert moved.status_code >= 400, (target, moved.text)
-        assert not (store / target).exists()
-    stolen = {"path": f"{drive_id()}:home/alice/secret.txt"}
-    moved = _contents(hub, "alice", "home/bob/secret.txt", "PATCH", json=stolen)
-    assert moved.status_code >= 400 and (store / "home/bob/secret.txt").exists()
     assert (store / "home/alice/result.txt").read_text() == "rmse 10.3\n"
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file and folder under ``root`` (links not followed): mtime and bytes."""
+    return {
+        str(p.relative_to(root)): (
+            p.lstat().st_mtime_ns,
+            p.read_bytes() if p.is_file() and not p.is_symlink() else b"",
+        )
+        for p in sorted(root.rglob("*"))
+    }
+
+
+MINE = "home/alice/mine.txt"
+TEXT = {"type": "file", "format": "text", "content": "planted\n"}
+READ_ONLY = "datasets/ is read-only"
+HOME_ONLY = "you may read and write home/alice/... and read datasets/..."
+
+
+def _to(target: str) -> dict[str, str]:
+    return {"path": f"{drive_id()}:{target}"}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("method", "path", "body", "names", "rule"),
+    [
+        # writes: save, new file, new folder, upload into a folder, copy into it
+        ("PUT", "datasets/songs/part-0.csv", TEXT, "datasets/songs/part-0.csv", READ_ONLY),
+        ("PUT", "datasets/songs/new.csv", TEXT, "datasets/songs/new.csv", READ_ONLY),
+        ("PUT", "datasets/new", {"type": "directory"}, "datasets/new", READ_ONLY),
+        ("PUT", "home/bob/planted.txt", TEXT, "home/bob/planted.txt", HOME_ONLY),
+        ("PUT", "ops/planted.txt", TEXT, "ops/planted.txt", HOME_ONLY),
+        ("PUT", "home/alice/to-bob/planted.txt", TEXT, "home/alice/to-bob/planted.txt", "link"),
+        ("POST", "datasets/songs", {"type": "file"}, "datasets/songs/untitled", READ_ONLY),
+        (
+            "POST",
+            "datasets/songs",
+            {"copy_from": f"{drive_id()}:{MINE}"},
+            "datasets/songs/mine",
+            READ_ONLY,
+        ),
+        # reads
+        ("GET", "home/bob/secret.txt", None, "home/bob/secret.txt", HOME_ONLY),
+        ("GET", "home/bob", None, "home/bob", HOME_ONLY),
+        ("GET", "ops/credentials", None, "ops/credentials", HOME_ONLY),
+        ("GET", "home/alice/to-bob/secret.txt", None, "home/alice/to-bob/secret.txt", "link"),
+        # renames: out of the home, into datasets or another home, out of datasets or a home
+        ("PATCH", MINE, _to("datasets/songs/moved.txt"), "datasets/songs/moved.txt", READ_ONLY),
+        ("PATCH", MINE, _to("home/bob/moved.txt"), "home/bob/moved.txt", HOME_ONLY),
+        ("PATCH", MINE, _to("ops/moved.txt"), "ops/moved.txt", HOME_ONLY),
+        (
+            "PATCH",
+            "datasets/songs/part-0.csv",
+            _to("home/alice/part-0.csv"),
+            "datasets/songs/part-0.csv",
+            READ_ONLY,
+        ),
+        ("PATCH", "home/bob/secret.txt", _to("home/alice/stolen.txt"), "home/bob", HOME_ONLY),
+        # deletes
+        ("DELETE", "datasets/songs/part-0.csv", None, "datasets/songs/part-0.csv", READ_ONLY),
+        ("DELETE", "datasets/songs", None, "datasets/songs", READ_ONLY),
+        ("DELETE", "home/bob/secret.txt", None, "home/bob/secret.txt", HOME_ONLY),
+        ("DELETE", "home/alice/to-bob/secret.txt", None, "home/alice/to-bob", "link"),
+    ],
+)
+def test_each_refusal_is_a_403_naming_the_path_and_the_rule_and_changes_nothing(
+    hub: ScaleLabUp, method: str, path: str, body: dict | None, names: str, rule: str
+):
+    store = hub.state_dir / "store"
+    (store / MINE).write_text("alice's own\n")
+    before = _snapshot(store)
+    response = _contents(hub, "alice", path, method, json=body)
+    assert response.status_code == 403, (method, path, response.status_code, response.text)
+    message = response.json()["message"]
+    assert names in message and rule in message, message
+    assert "Traceback" not in response.text and "Unexpected error" not in message
+    assert _snapshot(store) == before
 
 
 @pytest.mark.integration
@@ -137,7 +204,7 @@ def test_writes_go_to_the_home_only(hub: ScaleLabUp):
 )
 def test_escapes_through_the_drive_are_refused(hub: ScaleLabUp, path: str):
     response = _contents(hub, "alice", path)
-    assert response.status_code in (400, 403, 404), (path, response.status_code)
+    assert response.status_code in (403, 404), (path, response.status_code, response.text)
     assert "bob's secret" not in response.text and "ops secret" not in response.text
     assert "root:" not in response.text
     assert "Traceback" not in response.text
@@ -219,9 +286,12 @@ STORE_ENV = {"SCALELAB_STORE_URL": "file:///srv/course"}
 def test_link_puts_the_drive_under_jupyter_fs():
     from jupyterfs.metamanager import MetaManager
 
+    from scalelab.hub_ext.store_contents import StoreMetaManager
+
     app = _server()
     link(app, STORE_ENV)
-    assert app.contents_manager_class is MetaManager
+    assert app.contents_manager_class is StoreMetaManager
+    assert issubclass(StoreMetaManager, MetaManager)
     assert app.config.JupyterFs.resources[0]["url"] == DRIVE_URL
     assert app.config.JupyterFs.allow_user_resources is False
 
@@ -237,7 +307,7 @@ def test_link_keeps_ops_synchronous_contents_manager_for_the_home():
     c.ServerApp.contents_manager_class = OpsManager
     app = _server(c)
     link(app, STORE_ENV)
-    assert app.contents_manager_class is MetaManager
+    assert issubclass(app.contents_manager_class, MetaManager)
     assert app.config.JupyterFs.root_manager_class is OpsManager
 
 
@@ -261,3 +331,23 @@ def test_link_leaves_the_server_as_it_was(case: str):
     link(app, env)
     assert app.contents_manager_class is before
     assert "JupyterFs" not in app.config
+
+
+def test_a_refusal_is_found_behind_jupyter_fs_wrapping():
+    from tornado.web import HTTPError
+
+    from scalelab.hub_ext.store_contents import forbidden, store_refusal
+    from scalelab.store.errors import StoreAccessError
+
+    refusal = StoreAccessError("writing 'datasets/x' is not allowed: datasets/ is read-only")
+    try:
+        try:
+            raise refusal
+        except StoreAccessError as exc:  # jupyter-fs catches Exception in save
+            raise HTTPError(500, f"Unexpected error while saving file: {exc}") from None
+    except HTTPError as wrapped:
+        assert store_refusal(wrapped) is refusal
+    assert store_refusal(HTTPError(500, "disk full")) is None
+    assert store_refusal(PermissionError("[Errno 13] not ours")) is None
+    answer = forbidden(refusal)
+    assert (answer.status_code, answer.log_message) == (403, str(refusal))

@@ -57,12 +57,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Iterator[
         ops = open_store("s3://course", server.options(*ADMIN))
         ops.fs.mkdir("course")
         ops.fs.mkdir("alice-private")
-        # Fetched into a local store, then uploaded as ops would (fetch_dataset straight into
-        # S3 stops at its staging rename: s3fs's recursive mv, a fetch issue left as it is).
-        local_url = (tmp_path_factory.mktemp("local") / "course").as_uri()
-        local = open_store(local_url)
-        fetch_dataset(DATASETS["millionsong"], local, mirror=shared_data, log=lambda _line: None)
-        ops.put(local._join("datasets"), "datasets", recursive=True)
+        fetch_dataset(DATASETS["millionsong"], ops, mirror=shared_data, log=lambda _line: None)
         yield server
     finally:
         server.stop()
