@@ -32,8 +32,6 @@ from scalelab.store.student import PROTOCOL, register_protocol
 
 #: The drive's fsspec URL: the student's view of the store, read from the environment.
 DRIVE_URL = f"{PROTOCOL}:///"
-#: jupyter-fs' contents manager, which serves the home and the drives side by side.
-META_MANAGER = "jupyterfs.metamanager.MetaManager"
 
 
 class StoreDrive(Configurable):
