@@ -219,7 +219,7 @@ def convert_csv_zip(zip_path: str | Path, table: CsvTableSpec, out_dir: str | Pa
             raise ContentCheckError(f"{where}: {_parse_problem(exc, bad_rows, table)}") from None
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
             raise ContentCheckError(
-                f"{where}: the zip is damaged after line {seen} ({exc}): a truncated or "
+                f"{where}: the zip is damaged ({exc}) after {seen:,} good lines: a truncated or "
                 "corrupt download?"
             ) from None
     if seen < table.rows:

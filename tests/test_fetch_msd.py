@@ -9,8 +9,6 @@ fetched through the real fetch code with a small catalogue entry built from the 
 from __future__ import annotations
 
 import json
-import zipfile
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,39 +28,11 @@ from scalelab.store import (
 )
 from scalelab.store.catalog import MSD_FULL
 from tests.httpstore import http_folder
+from tests.msdzip import csv_lines, small_entry, synthetic_rows, write_zip
 
 ROWS, TRAIN, TEST = 30, 24, 6
 ZIP_NAME = MSD_FULL.files[0].name  # yearpredictionmsd.zip
 OLD_ZIP_NAME = MSD_FULL.files[0].aliases[0]  # YearPredictionMSD.txt.zip
-MEMBER = MSD_FULL.table.member  # YearPredictionMSD.txt
-
-
-def synthetic_rows(n: int = ROWS, seed: int = 0) -> np.ndarray:
-    """``n`` rows of YearPredictionMSD's shape: an integer year in 1922..2011, 90 features."""
-    rng = np.random.default_rng(seed)
-    years = rng.integers(1922, 2012, size=(n, 1)).astype(np.float64)
-    return np.hstack([years, rng.normal(0, 50, size=(n, 90)).round(5)])
-
-
-def csv_lines(rows: np.ndarray) -> list[str]:
-    """The rows as UCI writes them: year as an integer, then the features, comma-separated."""
-    return [f"{int(r[0])}," + ",".join(repr(float(v)) for v in r[1:]) for r in rows]
-
-
-def write_zip(path: Path, lines: list[str], member: str = MEMBER) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr(member, "\n".join(lines) + "\n")
-    return path
-
-
-def small_entry(upstream: str = "http://127.0.0.1:9/unreachable", urls: tuple[str, ...] = ()):
-    """The real msd-full entry with ROWS rows (TRAIN + TEST) and shards of 10 rows."""
-    table = replace(
-        MSD_FULL.table, rows=ROWS, splits=(("train", TRAIN), ("test", TEST)), rows_per_shard=10
-    )
-    files = (replace(MSD_FULL.files[0], urls=urls),)
-    return replace(MSD_FULL, upstream=upstream, files=files, table=table)
 
 
 def test_the_default_entry_holds_the_uci_figures():
