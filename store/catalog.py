@@ -142,6 +142,14 @@ class DatasetSpec:
     layout_version: int = 1
     table: CsvTableSpec | None = None
 
+    def __post_init__(self) -> None:
+        unchecked = [f.name for f in self.files if f.sha256 is None]
+        if unchecked and (self.table is None or len(self.files) != 1):
+            raise ValueError(
+                f"{self.name}: {', '.join(unchecked)} has no SHA-256; a file without one must be "
+                "the data set's only file, with content rules (table=CsvTableSpec(...))"
+            )
+
 
 FASHION_MNIST = DatasetSpec(
     name="fashion-mnist",

@@ -156,6 +156,7 @@ def obtain(
     for source, location in _sources(spec, file, mirror, download):
         try:
             if source == "upstream":
+                log(f"  {file.name}: downloading {location}")
                 _download(location, dest)
             elif Path(location).is_file():
                 shutil.copyfile(location, dest)

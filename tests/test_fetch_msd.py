@@ -9,6 +9,7 @@ fetched through the real fetch code with a small catalogue entry built from the 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,13 @@ def test_splits_that_do_not_add_up_are_refused():
         CsvTableSpec(member="x.txt", rows=12, fields=3, year_range=(1, 2), splits=(("a", 10),))
 
 
+def test_a_file_without_checksum_needs_content_rules():
+    with pytest.raises(
+        ValueError, match=r"yearpredictionmsd\.zip has no SHA-256; .* content rules"
+    ):
+        replace(MSD_FULL, table=None)
+
+
 def test_fetch_over_http_checks_the_content_and_writes_the_uci_split(tmp_path: Path):
     rows = synthetic_rows()
     served = tmp_path / "served"
@@ -72,6 +80,8 @@ def test_fetch_over_http_checks_the_content_and_writes_the_uci_split(tmp_path: P
     with http_folder(served) as base:
         spec = small_entry(f"{base}/static", urls=(f"{base}/old/{OLD_ZIP_NAME}",))
         assert fetch_dataset(spec, fs, log=lines.append)
+    assert f"  {ZIP_NAME}: downloading {base}/static/{ZIP_NAME}" in lines
+    assert f"  {ZIP_NAME}: downloading {base}/old/{OLD_ZIP_NAME}" in lines
     assert any("no published checksum" in line and "from the upstream" in line for line in lines)
     assert lines[-1] == "msd-full: written to datasets/msd-full/ (train: 24 rows, test: 6 rows)"
 
