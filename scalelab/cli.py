@@ -52,7 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     data = sub.add_parser("data", help="course data sets")
     data_sub = data.add_subparsers(dest="data_command", required=True)
     fetch = data_sub.add_parser("fetch", help="put data sets into the course store, checksummed")
-    fetch.add_argument("names", nargs="+", metavar="NAME", help="fashion-mnist, millionsong")
+    fetch.add_argument(
+        "names", nargs="+", metavar="NAME", help="fashion-mnist, millionsong, msd-full"
+    )
     fetch.add_argument(
         "--mirror",
         help=f"folder laid out like shared/data, tried first (default: ${envvars.DATA_MIRROR})",
@@ -181,13 +183,14 @@ def _up(args: argparse.Namespace) -> int:
 
 def _data_fetch(args: argparse.Namespace) -> int:
     from scalelab.hub_ext.up import default_state_dir, default_store_url
-    from scalelab.store import DATASETS, fetch_dataset, open_store
+    from scalelab.store import ALL_DATASETS, fetch_dataset, open_store
     from scalelab.store.errors import store_failure
     from scalelab.store.fs import store_options_from_env
 
-    unknown = [n for n in args.names if n not in DATASETS]
+    unknown = [n for n in args.names if n not in ALL_DATASETS]
     if unknown:
-        raise UsageError(f"unknown data set(s): {', '.join(unknown)}; known: {', '.join(DATASETS)}")
+        known = ", ".join(ALL_DATASETS)
+        raise UsageError(f"unknown data set(s): {', '.join(unknown)}; known: {known}")
     store_url = (
         args.store
         or os.environ.get(envvars.STORE_URL)
@@ -201,7 +204,7 @@ def _data_fetch(args: argparse.Namespace) -> int:
         fs = open_store(store_url, store_options_from_env())  # e.g. an S3 endpoint and keys
         print(f"Course store: {store_url}")
         for name in dict.fromkeys(args.names):
-            fetch_dataset(DATASETS[name], fs, mirror=mirror, download=not args.no_download)
+            fetch_dataset(ALL_DATASETS[name], fs, mirror=mirror, download=not args.no_download)
     except Exception as exc:  # noqa: BLE001 -- each fsspec back end raises its own errors
         raise store_failure(store_url, exc) from None
     return 0

@@ -8,17 +8,18 @@ Public API (``scalelab.store``):
 - :func:`check_store` -- the cheap up-front check a kernel runs at start;
 - :func:`store_url` -- the full URL of a path in the store, for Spark or ``fsspec.open``;
 - :data:`DATASETS` and :func:`fetch_dataset` -- the course data sets, and how they get into
-  the store.
+  the store (:data:`ALL_DATASETS` adds the optional ones, e.g. ``msd-full``).
 
 The store is configured once, by ops, as ``ScaleLabSpawner.store_url`` and
 ``ScaleLabSpawner.store_options``; the spawner hands both to every single-user server as
 ``SCALELAB_STORE_URL`` and ``SCALELAB_STORE_OPTIONS`` (JSON), where this module reads them.
 """
 
-from scalelab.store.catalog import DATASETS, DatasetSpec, FileSpec
+from scalelab.store.catalog import ALL_DATASETS, DATASETS, CsvTableSpec, DatasetSpec, FileSpec
 from scalelab.store.check import check_store
 from scalelab.store.errors import (
     ChecksumError,
+    ContentCheckError,
     DataSourceError,
     StoreAccessError,
     StoreConfigError,
@@ -36,10 +37,13 @@ from scalelab.store.fs import (
 from scalelab.store.student import StudentStore, student_store
 
 __all__ = [
+    "ALL_DATASETS",
     "DATASETS",
     "ENV_STORE_OPTIONS",
     "ENV_STORE_URL",
     "ChecksumError",
+    "ContentCheckError",
+    "CsvTableSpec",
     "DataSourceError",
     "DatasetSpec",
     "FileSpec",

@@ -3,6 +3,8 @@
 Checksums and sizes come from ``shared/data/README.md`` (provenance of the course's copies):
 Fashion-MNIST is Zalando Research's release (MIT licence) as in upstream git commit ``b2617bb``;
 the Million Song subset is the 6,724-row ``millionsong.txt`` of the BerkeleyX CS190 Spark ML lab.
+The full UCI YearPredictionMSD (Lab 1's bonus) has no published checksum: its content is checked
+against :class:`CsvTableSpec` instead (row count, fields a line, year range, finite features).
 """
 
 from __future__ import annotations
@@ -35,12 +37,77 @@ class FileSpec:
         For ``.gz`` files, SHA-256 of the decompressed bytes. Debian re-writes gzip headers, so a
         Debian copy differs from upstream in its compressed bytes but not in these; a file is
         accepted when its decompressed bytes match. None for files that are not compressed.
+    aliases
+        Other names of the same file in a mirror or Debian folder (an older upstream name).
+    urls
+        Upstream addresses tried in order after ``<upstream>/<name>`` (older addresses).
+
+    ``size`` and ``sha256`` are None for a file without a published checksum; such a file is
+    accepted on its content (see :class:`CsvTableSpec`), never unchecked.
     """
 
     name: str
-    size: int
-    sha256: str
+    size: int | None
+    sha256: str | None
     content_sha256: str | None = None
+    aliases: tuple[str, ...] = ()
+    urls: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CsvTableSpec:
+    """The content rules of a headerless comma-separated table in a zip: year first, features.
+
+    A file is accepted only when every rule holds; it is then written as Parquet shards of
+    columns ``year`` and ``f01`` .. ``fNN`` (float64), one folder per split.
+
+    Attributes
+    ----------
+    member
+        Name of the text file inside the zip, e.g. ``"YearPredictionMSD.txt"``.
+    rows
+        Exact number of lines (rows) of the table.
+    fields
+        Numeric fields on every line, the year included (91: the year and 90 features).
+    year_range
+        Smallest and largest allowed year (inclusive); the year must be an integer.
+    splits
+        ``(split, rows)`` pairs: consecutive runs of rows, in file order, summing to ``rows``
+        (UCI's train/test split of YearPredictionMSD: the first 463,715 rows, the last 51,630).
+    rows_per_shard
+        Most rows in one Parquet shard (50,000 rows x 91 float64 is about 36 MB).
+
+    Raises
+    ------
+    ValueError
+        The splits do not add up to ``rows``, or a figure is not positive.
+    """
+
+    member: str
+    rows: int
+    fields: int
+    year_range: tuple[int, int]
+    splits: tuple[tuple[str, int], ...]
+    rows_per_shard: int = 50_000
+
+    def __post_init__(self) -> None:
+        if self.rows < 1 or self.fields < 2 or self.rows_per_shard < 1:
+            raise ValueError(
+                f"{self.member}: rows ({self.rows}), fields ({self.fields}) and rows_per_shard "
+                f"({self.rows_per_shard}) must be positive, with at least 2 fields"
+            )
+        total = sum(count for _split, count in self.splits)
+        if total != self.rows:
+            raise ValueError(
+                f"{self.member}: the splits {dict(self.splits)} add up to {total} rows, "
+                f"not {self.rows}"
+            )
+
+    @property
+    def feature_names(self) -> list[str]:
+        """``["f01", ..., "fNN"]``: the feature columns, ``fields - 1`` of them."""
+        width = max(2, len(str(self.fields - 1)))
+        return [f"f{i:0{width}d}" for i in range(1, self.fields)]
 
 
 @dataclass(frozen=True)
@@ -62,6 +129,9 @@ class DatasetSpec:
     layout_version
         Version of the store layout written by ScaleLab; a store written by another version is
         rewritten by ``scalelab data fetch``.
+    table
+        Content rules of a data set whose single file is a zipped CSV table checked by content
+        (see :class:`CsvTableSpec`); None for data sets with their own converter.
     """
 
     name: str
@@ -70,6 +140,15 @@ class DatasetSpec:
     upstream: str
     debian_dir: str | None = None
     layout_version: int = 1
+    table: CsvTableSpec | None = None
+
+    def __post_init__(self) -> None:
+        unchecked = [f.name for f in self.files if f.sha256 is None]
+        if unchecked and (self.table is None or len(self.files) != 1):
+            raise ValueError(
+                f"{self.name}: {', '.join(unchecked)} has no SHA-256; a file without one must be "
+                "the data set's only file, with content rules (table=CsvTableSpec(...))"
+            )
 
 
 FASHION_MNIST = DatasetSpec(
@@ -118,5 +197,35 @@ MILLIONSONG = DatasetSpec(
     ),
 )
 
-#: The data sets ``scalelab data fetch`` knows, by name.
+#: The full UCI YearPredictionMSD (Lab 1's bonus): 515,345 songs, the year and 90 features.
+MSD_FULL = DatasetSpec(
+    name="msd-full",
+    mirror_dir="msd_full",
+    upstream="https://archive.ics.uci.edu/static/public/203",
+    files=(
+        FileSpec(
+            "yearpredictionmsd.zip",
+            None,
+            None,
+            aliases=("YearPredictionMSD.txt.zip",),
+            urls=(
+                "https://archive.ics.uci.edu/ml/machine-learning-databases/00203/"
+                "YearPredictionMSD.txt.zip",
+            ),
+        ),
+    ),
+    table=CsvTableSpec(
+        member="YearPredictionMSD.txt",
+        rows=515_345,
+        fields=91,
+        year_range=(1922, 2011),
+        splits=(("train", 463_715), ("test", 51_630)),
+    ),
+)
+
+#: The course data sets, which the labs need (``scalelab up`` names those missing), by name.
 DATASETS: dict[str, DatasetSpec] = {d.name: d for d in (FASHION_MNIST, MILLIONSONG)}
+#: Data sets fetched only on request (not reported missing by ``scalelab up``), by name.
+OPTIONAL_DATASETS: dict[str, DatasetSpec] = {MSD_FULL.name: MSD_FULL}
+#: Every data set ``scalelab data fetch`` can fetch: the course's and the optional ones.
+ALL_DATASETS: dict[str, DatasetSpec] = {**DATASETS, **OPTIONAL_DATASETS}

@@ -7,7 +7,8 @@ Class tree::
     ├── StoreUnavailableError (also ConnectionError) -- the store cannot be reached (now)
     ├── StoreAccessError (also PermissionError)     -- a path outside the student's part of it
     ├── DataSourceError                     -- no source could deliver a data set file
-    └── ChecksumError                       -- a file's bytes do not match its known SHA-256
+    ├── ChecksumError                       -- a file's bytes do not match its known SHA-256
+    └── ContentCheckError                   -- a file without a checksum breaks a content rule
 
 Every message names the file or setting at fault and what to do about it.
 """
@@ -35,6 +36,11 @@ class DataSourceError(StoreError):
 
 class ChecksumError(StoreError):
     """A file's bytes do not match the SHA-256 recorded for it; the file was refused."""
+
+
+class ContentCheckError(StoreError):
+    """A file checked by its content (no published checksum) breaks a rule of its catalogue entry:
+    the message names the file, the line and the rule; the file was refused."""
 
 
 def store_failure(url: str, exc: BaseException) -> StoreError:

@@ -3,7 +3,9 @@
 Sources are tried in order: a mirror folder (``--mirror`` or ``SCALELAB_DATA_MIRROR``, laid out
 like ``shared/data``), the Debian package's folder (``/usr/share/datasets/...``), then the upstream
 address. A source that lacks a file is skipped; a source whose file fails its SHA-256 check is
-refused with an error naming the file, and nothing is written to the store.
+refused with an error naming the file, and nothing is written to the store. A file without a
+published checksum (the full YearPredictionMSD) is checked by its content instead
+(:mod:`scalelab.store.csvtable`), with the same refusal.
 
 ``datasets/<name>/MANIFEST.json`` marks a complete data set: a folder without it is incomplete,
 to readers (:func:`is_present`, :func:`missing_datasets`) and to the next fetch, which writes it
@@ -39,7 +41,8 @@ from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from scalelab.store.catalog import DATASETS, DatasetSpec, FileSpec
-from scalelab.store.errors import ChecksumError, DataSourceError
+from scalelab.store.csvtable import convert_csv_zip
+from scalelab.store.errors import ChecksumError, ContentCheckError, DataSourceError
 from scalelab.store.shards import CONVERTERS, iter_files
 
 #: Name of the file that marks a complete data set in the store.
@@ -91,11 +94,16 @@ def verify(path: Path, spec: FileSpec) -> None:
     A file passes when its bytes match the upstream SHA-256, or, for ``.gz`` files, when its
     decompressed bytes match ``spec.content_sha256`` (Debian rewrites gzip headers).
 
+    A file without a published checksum (``spec.sha256`` None) passes here: its content is
+    checked when it is converted (see :class:`~scalelab.store.catalog.CsvTableSpec`).
+
     Raises
     ------
     ChecksumError
         Neither matches; the message gives the expected and actual digests.
     """
+    if spec.sha256 is None:
+        return
     actual = sha256_file(path)
     if actual == spec.sha256:
         return
@@ -113,15 +121,17 @@ def verify(path: Path, spec: FileSpec) -> None:
 
 
 def _sources(
-    spec: DatasetSpec, name: str, mirror: Path | None, download: bool
+    spec: DatasetSpec, file: FileSpec, mirror: Path | None, download: bool
 ) -> list[tuple[str, str]]:
     sources = []
+    names = (file.name, *file.aliases)
     if mirror is not None:
-        sources.append(("mirror", str(mirror / spec.mirror_dir / name)))
+        sources.extend(("mirror", str(mirror / spec.mirror_dir / name)) for name in names)
     if spec.debian_dir:
-        sources.append(("Debian package", f"{spec.debian_dir}/{name}"))
+        sources.extend(("Debian package", f"{spec.debian_dir}/{name}") for name in names)
     if download:
-        sources.append(("upstream", f"{spec.upstream}/{name}"))
+        sources.append(("upstream", f"{spec.upstream}/{file.name}"))
+        sources.extend(("upstream", url) for url in file.urls)
     return sources
 
 
@@ -140,8 +150,13 @@ def obtain(
     mirror: Path | None,
     log: Callable[[str], None],
     download: bool = True,
-) -> None:
+) -> str:
     """Copy or download ``file`` to ``dest`` from the first source that has it, and verify it.
+
+    Returns
+    -------
+    str
+        Where it came from, e.g. ``"the mirror (/srv/mirror/msd_full/yearpredictionmsd.zip)"``.
 
     Raises
     ------
@@ -152,9 +167,10 @@ def obtain(
         No source had the file; the message lists each source tried and why it failed.
     """
     tried = []
-    for source, location in _sources(spec, file.name, mirror, download):
+    for source, location in _sources(spec, file, mirror, download):
         try:
             if source == "upstream":
+                log(f"  {file.name}: downloading {location}")
                 _download(location, dest)
             elif Path(location).is_file():
                 shutil.copyfile(location, dest)
@@ -174,8 +190,9 @@ def obtain(
                 "The file is corrupt or not the course's copy: replace it, or fetch from another "
                 "source. Nothing was written to the store."
             ) from None
-        log(f"  {file.name}: verified (from the {source})")
-        return
+        checked = "verified" if file.sha256 else "copied (no published checksum: content next)"
+        log(f"  {file.name}: {checked} (from the {source})")
+        return f"the {source} ({location})"
     raise DataSourceError(
         f"no source could deliver {spec.mirror_dir}/{file.name}:\n  - "
         + "\n  - ".join(tried)
@@ -184,6 +201,31 @@ def obtain(
         + (", or install Debian's dataset-fashion-mnist package" if spec.debian_dir else "")
         + "."
     )
+
+
+def convert(spec: DatasetSpec, root: Path, origins: dict[str, str]) -> dict[str, int]:
+    """Write the Parquet shards of ``spec`` under ``root`` from its originals in ``root/raw``.
+
+    ``origins`` names where each original came from (file name -> :func:`obtain`'s answer).
+    Returns the rows per split.
+
+    Raises
+    ------
+    ContentCheckError
+        A file checked by its content (``spec.table``) broke a rule: the message names the file,
+        its source, the line and the rule.
+    """
+    if spec.table is None:
+        return CONVERTERS[spec.name](root / "raw", root)
+    file = spec.files[0]
+    try:
+        return convert_csv_zip(root / "raw" / file.name, spec.table, root)
+    except ContentCheckError as exc:
+        raise ContentCheckError(
+            f"refused {spec.mirror_dir}/{file.name} from {origins[file.name]}: {exc}. The file "
+            "is corrupt, truncated or not the data set: replace it, or fetch from another "
+            "source. Nothing was written to the store."
+        ) from None
 
 
 def renames_atomically(fs: AbstractFileSystem) -> bool:
@@ -334,7 +376,7 @@ def fetch_dataset(
 
     Raises
     ------
-    ChecksumError, DataSourceError
+    ChecksumError, ContentCheckError, DataSourceError
         A file was refused or could not be had; the store is left as it was.
     """
     if is_present(fs, spec):
@@ -346,9 +388,11 @@ def fetch_dataset(
     with tempfile.TemporaryDirectory(prefix=f"scalelab-{spec.name}-") as tmp:
         root = Path(tmp)
         (root / "raw").mkdir()
-        for file in spec.files:
-            obtain(spec, file, root / "raw" / file.name, mirror_path, log, download)
-        rows = CONVERTERS[spec.name](root / "raw", root)
+        origins = {
+            file.name: obtain(spec, file, root / "raw" / file.name, mirror_path, log, download)
+            for file in spec.files
+        }
+        rows = convert(spec, root, origins)
         files = {rel.as_posix(): sha256_file(root / rel) for rel in iter_files(root)}
         manifest = {
             "dataset": spec.name,
