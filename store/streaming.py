@@ -79,7 +79,9 @@ class TorchParquetDataset(torch.utils.data.IterableDataset):
         ``fixed_size_binary[w]`` (uint8), ``(rows, k)`` for a stack; string and other columns
         without a torch type stay NumPy arrays. Outside DataLoader workers the tensors share
         NumPy's memory (``torch.from_numpy``); in a worker they are built directly in shared
-        memory, so they reach the main process without another copy.
+        memory, so they reach the main process without another copy (the batches of one
+        shuffle buffer share one segment, freed when the last of them is dropped). ``transform``
+        receives these dicts.
     stack
         Columns to deliver as one array: ``{"features": ["f01", ..., "f90"]}`` yields, under
         ``"features"``, a C-contiguous ``(rows, 90)`` array of those number columns in that order
@@ -103,13 +105,12 @@ class TorchParquetDataset(torch.utils.data.IterableDataset):
     Raises
     ------
     StoreError
-        No shards at ``path`` (raised here, at construction, not in a worker).
+        No shards at ``path`` (raised here, at construction, not in a worker). When iterating:
+        a column in ``columns`` or ``stack`` that the shards lack, a stack key that is also an
+        unstacked column's name, or a stacked column that is not a number.
     ValueError
         A bad rank/world size, or fewer shards than ranks (when iterating); a bad ``stack`` or
         ``float_dtype``.
-    StoreError
-        When iterating: a column in ``columns`` or ``stack`` that the shards lack, a stack key
-        that is also an unstacked column's name, or a stacked column that is not a number.
 
     Notes
     -----
