@@ -2,7 +2,9 @@
 
 Memory: at most ``shards_in_memory`` shards are open at once, each holding at most one decoded
 row group (pyarrow reads a row group at a time), and the shuffle buffer holds at most
-``buffer_rows + read_rows - 1`` rows. Nothing depends on the number or the total size of the
+``buffer_rows + read_rows - 1`` rows. While a full buffer becomes a block, its rows are held
+up to three times (the Arrow reads, stacked columns laid out row-major, the block); a block
+lives until its last batch is dropped. Nothing depends on the number or the total size of the
 shards.
 """
 
