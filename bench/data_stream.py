@@ -6,8 +6,9 @@ groups; ``--quick``: 16 MiB shards of 4 MiB row groups) into a temporary local s
 4 GiB of them, and removes them at the end. Each measurement runs in a child process of its own:
 
 - ``stream``: :class:`scalelab.store.streaming.TorchParquetDataset` over the store, shuffled,
-  ``batch_size=4096`` rows, the features stacked into one ``(rows, 90)`` array by its
-  ``transform``, through ``torch.utils.data.DataLoader(num_workers=2, batch_size=None)``;
+  ``batch_size=4096`` rows, the features stacked into one float64 ``(rows, 90)`` array by its
+  ``stack`` option (its ``transform`` only picks ``(features, year)``), through
+  ``torch.utils.data.DataLoader(num_workers=2, batch_size=None)``;
 - ``raw``: reading the same shard files' bytes with plain ``open().readinto`` (8 MiB chunks),
   from the same disk;
 - ``pandas``: the usual pattern, ``pandas.read_parquet(folder)`` then ``DataFrame.to_numpy()``.
@@ -140,8 +141,8 @@ def child_stream(folder: Path, store_root: Path) -> dict:
     from scalelab.store import open_store
     from scalelab.store.streaming import TorchParquetDataset
 
-    def features_and_label(batch: dict) -> tuple[np.ndarray, np.ndarray]:
-        return np.column_stack([batch[n] for n in FEATURE_NAMES]), batch["year"]
+    def features_and_label(batch: dict) -> tuple:
+        return batch["features"], batch["year"]
 
     sampler = TreeSampler()
     sampler.start()
@@ -150,6 +151,7 @@ def child_stream(folder: Path, store_root: Path) -> dict:
         str(folder.relative_to(store_root)),
         store=store,
         batch_size=4096,
+        stack={"features": FEATURE_NAMES},
         transform=features_and_label,
     )
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
@@ -158,6 +160,7 @@ def child_stream(folder: Path, store_root: Path) -> dict:
     rows = 0
     checksum = 0.0
     for x, y in loader:
+        assert x.shape == (len(y), FEATURES) and x.dtype == torch.float64, (x.shape, x.dtype)
         rows += len(y)
         checksum += float(x[0, 0])
     seconds = time.perf_counter() - start

@@ -2,7 +2,9 @@
 
 Memory: at most ``shards_in_memory`` shards are open at once, each holding at most one decoded
 row group (pyarrow reads a row group at a time), and the shuffle buffer holds at most
-``buffer_rows + read_rows - 1`` rows. Nothing depends on the number or the total size of the
+``buffer_rows + read_rows - 1`` rows. While a full buffer becomes a block, its rows are held
+up to three times (the Arrow reads, stacked columns laid out row-major, the block); a block
+lives until its last batch is dropped. Nothing depends on the number or the total size of the
 shards.
 """
 
@@ -16,6 +18,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from scalelab.store.blocks import (
+    Allocator,
+    BlockLayout,
+    build_block,
+    empty_arrays,
+    stack_columns,
+    stacked_dtype,
+)
 from scalelab.store.errors import StoreError
 from scalelab.store.shard_plan import is_glob
 
@@ -102,17 +112,19 @@ def _open_batches(
     shard: str,
     columns: Sequence[str] | None,
     read_rows: int | None,
+    layout: BlockLayout,
 ) -> Iterator[pa.RecordBatch]:
     with fs.open(shard, "rb") as f:
         # pre_buffer=False: pyarrow would also hold a coalesced copy of the row group's raw
         # bytes (twice the memory per open shard); fsspec's read-ahead serves remote stores.
         parquet = pq.ParquetFile(f, pre_buffer=False)
+        names = parquet.schema_arrow.names
         if columns is not None:
-            missing = [c for c in columns if c not in parquet.schema_arrow.names]
+            missing = [c for c in columns if c not in names and c not in layout.stacked]
             if missing:
-                raise StoreError(
-                    f"{shard}: no column(s) {missing}; it has {parquet.schema_arrow.names}"
-                )
+                raise StoreError(f"{shard}: no column(s) {missing}; it has {names}")
+        layout.check_names(names, shard)
+        columns = layout.read_columns(columns)
         rows = read_rows if read_rows is not None else auto_read_rows(parquet.metadata, columns)
         # use_threads=False: a DataLoader worker is a process already; pyarrow's threads cost
         # more CPU than they save there (about 30 % more per byte, measured).
@@ -129,31 +141,41 @@ def iter_shuffled(
     read_rows: int | None = DEFAULT_READ_ROWS,
     shards_in_memory: int = 2,
     stats: BufferStats | None = None,
+    layout: BlockLayout | None = None,
+    empty: Allocator = empty_arrays,
 ) -> Iterator[dict[str, np.ndarray]]:
     """Stream ``shards`` as column blocks, shuffled within a bounded buffer.
 
     Parameters
     ----------
+    columns
+        Columns to read; None reads all. Stacked columns (``layout``) are read in any case.
     read_rows
         Rows read from a shard at a time; None sizes reads to about :data:`READ_BYTES`.
     rng
         None reads the shards one after another in order, unshuffled. Otherwise batches of
         ``read_rows`` rows are drawn from ``shards_in_memory`` open shards at random, collected
         until the buffer holds ``buffer_rows`` rows, and the buffer's rows are permuted.
+    layout
+        Stacked columns and float type of the blocks (:class:`~scalelab.store.blocks.BlockLayout`);
+        None: every column on its own, in its own type.
+    empty
+        Allocates the blocks' arrays (see :func:`~scalelab.store.blocks.build_block`).
 
     Yields
     ------
     dict
         Column name -> NumPy array whose first axis is the rows of one buffer (see
-        :func:`table_columns`). The caller must drop a block before asking for the next for the
-        memory bound to hold.
+        :func:`table_columns`; stacks: ``(rows, k)``). The caller must drop a block before
+        asking for the next for the memory bound to hold.
     """
     stats = stats if stats is not None else BufferStats()
+    layout = layout if layout is not None else BlockLayout()
     pending = iter(shards)
     width = 1 if rng is None else max(1, shards_in_memory)
     cursors: list[Iterator[pa.RecordBatch]] = []
     for shard in pending:
-        cursors.append(_open_batches(fs, shard, columns, read_rows))
+        cursors.append(_open_batches(fs, shard, columns, read_rows, layout))
         if len(cursors) == width:
             break
     buffer: list[pa.RecordBatch] = []
@@ -165,54 +187,72 @@ def iter_shuffled(
                 cursors.pop(index).close()
                 nxt = next(pending, None)
                 if nxt is not None:
-                    cursors.insert(index, _open_batches(fs, nxt, columns, read_rows))
+                    cursors.insert(index, _open_batches(fs, nxt, columns, read_rows, layout))
                 continue
             if batch.num_rows == 0:
                 continue
             buffer.append(batch)
             stats.add(batch.num_rows)
             if stats.rows_held >= buffer_rows:
-                yield _drain(buffer, rng, stats)
+                yield _drain(buffer, rng, stats, layout, empty)
         if buffer:
-            yield _drain(buffer, rng, stats)
+            yield _drain(buffer, rng, stats, layout, empty)
     finally:
         for cursor in cursors:
             cursor.close()
 
 
 def _drain(
-    buffer: list[pa.RecordBatch], rng: np.random.Generator | None, stats: BufferStats
+    buffer: list[pa.RecordBatch],
+    rng: np.random.Generator | None,
+    stats: BufferStats,
+    layout: BlockLayout,
+    empty: Allocator,
 ) -> dict[str, np.ndarray]:
-    # Each batch's columns are zero-copy views; the permutation scatters them straight into
-    # the output (one copy), rather than concatenating first and permuting after (two).
-    parts = [table_columns(pa.Table.from_batches([batch])) for batch in buffer]
+    # Each batch's columns are zero-copy views of Arrow memory; build_block writes every
+    # output array once, permuted in place (no concatenate-then-permute).
+    parts = [batch_arrays(batch, layout) for batch in buffer]
     buffer.clear()
     stats.rows_held = 0
-    if rng is None:
-        if len(parts) == 1:
-            # Zero-copy views of Arrow memory are read-only; torch.as_tensor warns about them.
-            return {n: v if v.flags.writeable else v.copy() for n, v in parts[0].items()}
-        return {n: np.concatenate([p[n] for p in parts]) for n in parts[0]}
     total = sum(len(next(iter(p.values()))) for p in parts) if parts[0] else 0
-    destination = rng.permutation(total)
-    out = {}
-    for name, first in parts[0].items():
-        values = np.empty((total, *first.shape[1:]), dtype=first.dtype)
-        start = 0
-        for part in parts:
-            chunk = part[name]
-            values[destination[start : start + len(chunk)]] = chunk
-            start += len(chunk)
-        out[name] = values
+    destination = None if rng is None else rng.permutation(total)
+    return build_block(parts, destination, layout, empty)
+
+
+def batch_arrays(batch: pa.RecordBatch, layout: BlockLayout) -> dict[str, np.ndarray]:
+    """One read as arrays: unstacked columns (:func:`table_columns`), then each stack as a
+    row-major ``(rows, k)`` array in its final dtype's kind (built by Arrow's
+    ``RecordBatch.to_tensor`` when the columns are numbers without nulls, else by NumPy).
+
+    Raises
+    ------
+    StoreError
+        A stacked column is not a number or boolean column.
+    """
+    names = batch.schema.names
+    plain = [n for n in names if n not in layout.stacked]
+    out = table_columns(batch.select(plain)) if len(plain) != len(names) else table_columns(batch)
+    for key, members in layout.stack:
+        sub = batch.select(list(members))
+        types = [f.type for f in sub.schema]
+        numeric = all(pa.types.is_integer(t) or pa.types.is_floating(t) for t in types)
+        if numeric and not any(c.null_count for c in sub.columns):
+            dtype = stacked_dtype([np.dtype(t.to_pandas_dtype()) for t in types], layout, members)
+            rows = np.asarray(sub.to_tensor(row_major=True))
+            out[key] = rows if rows.dtype.kind == dtype.kind else rows.astype(dtype)
+        else:
+            out[key] = stack_columns(table_columns(sub), members)
     return out
 
 
-def table_columns(table: pa.Table) -> dict[str, np.ndarray]:
-    """A table's columns as NumPy arrays, rows first.
+def table_columns(table: pa.Table | pa.RecordBatch) -> dict[str, np.ndarray]:
+    """A table's (or record batch's) columns as NumPy arrays, rows first.
 
     ``fixed_size_binary[w]`` columns (such as Fashion-MNIST's ``image``) become uint8 arrays of
     shape ``(rows, w)``; numeric and boolean columns their NumPy dtype, shape ``(rows,)``; any
-    other type an object array of Python values.
+    other type an object array of Python values. Number columns without nulls and fixed-size
+    binary columns are read-only zero-copy views of the Arrow buffers (taken directly, since
+    ``pyarrow.Array.to_numpy`` imports pandas, which costs a DataLoader worker about 0.4 s).
 
     Raises
     ------
@@ -220,8 +260,11 @@ def table_columns(table: pa.Table) -> dict[str, np.ndarray]:
         A fixed-size binary column has nulls (there is no array value for a missing image).
     """
     out: dict[str, np.ndarray] = {}
-    for name, column in zip(table.column_names, table.columns, strict=True):
-        arr = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    for name, column in zip(table.schema.names, table.columns, strict=True):
+        if isinstance(column, pa.ChunkedArray):
+            arr = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        else:
+            arr = column
         if pa.types.is_fixed_size_binary(arr.type):
             if arr.null_count:
                 raise StoreError(f"column {name!r} has {arr.null_count} null value(s)")
@@ -229,8 +272,13 @@ def table_columns(table: pa.Table) -> dict[str, np.ndarray]:
             data = np.frombuffer(arr.buffers()[1], dtype=np.uint8)
             start = arr.offset * width
             out[name] = data[start : start + len(arr) * width].reshape(len(arr), width)
+        elif (pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type)) and not (
+            arr.null_count
+        ):
+            data = np.frombuffer(arr.buffers()[1], dtype=arr.type.to_pandas_dtype())
+            out[name] = data[arr.offset : arr.offset + len(arr)]
         elif pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type):
-            out[name] = arr.to_numpy(zero_copy_only=False)
+            out[name] = arr.to_numpy(zero_copy_only=False)  # nulls: NaN, as floats
         elif pa.types.is_boolean(arr.type):
             out[name] = arr.to_numpy(zero_copy_only=False)
         else:
@@ -253,11 +301,12 @@ def iter_rows(blocks: Iterator[dict[str, np.ndarray]]) -> Iterator[dict[str, obj
 
 
 def iter_batches(
-    blocks: Iterator[dict[str, np.ndarray]], batch_size: int
+    blocks: Iterator[dict[str, np.ndarray]], batch_size: int, empty: Allocator = empty_arrays
 ) -> Iterator[dict[str, np.ndarray]]:
     """Re-cut column blocks into batches of ``batch_size`` rows (the last may be shorter).
 
-    Batches within a block are views; only a batch that spans two blocks is copied.
+    Batches within a block are views; only a batch that spans two blocks is copied, into arrays
+    from ``empty``.
     """
     carry: dict[str, np.ndarray] | None = None
     for block in blocks:
@@ -266,7 +315,7 @@ def iter_batches(
         if carry is not None:
             have = len(next(iter(carry.values())))
             offset = min(batch_size - have, n)
-            carry = {k: np.concatenate([carry[k], v[:offset]]) for k, v in block.items()}
+            carry = _concat(carry, {k: v[:offset] for k, v in block.items()}, empty)
             if have + offset < batch_size:
                 continue
             yield carry
@@ -278,3 +327,14 @@ def iter_batches(
             carry = {k: v[full:].copy() for k, v in block.items()}
     if carry is not None:
         yield carry
+
+
+def _concat(
+    a: dict[str, np.ndarray], b: dict[str, np.ndarray], empty: Allocator
+) -> dict[str, np.ndarray]:
+    specs = [((len(v) + len(b[k]), *v.shape[1:]), v.dtype) for k, v in a.items()]
+    out = dict(zip(a, empty(specs), strict=True))
+    for k, v in out.items():
+        v[: len(a[k])] = a[k]
+        v[len(a[k]) :] = b[k]
+    return out

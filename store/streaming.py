@@ -23,6 +23,7 @@ import fsspec
 import torch.distributed
 import torch.utils.data
 
+from scalelab.store.blocks import BlockLayout, empty_arrays
 from scalelab.store.cache import local_copy
 from scalelab.store.fs import open_store
 from scalelab.store.parquet_stream import (
@@ -41,6 +42,7 @@ from scalelab.store.shard_plan import (
     epoch_rng,
     shard_order,
 )
+from scalelab.store.shared_batches import as_tensor, shared_empty
 from scalelab.store.tfdata import tf_dataset, write_tfrecord_shards
 
 __all__ = ["TorchParquetDataset", "local_copy", "tf_dataset", "write_tfrecord_shards"]
@@ -71,11 +73,26 @@ class TorchParquetDataset(torch.utils.data.IterableDataset):
     batch_size
         None yields one row at a time: a dict column -> value, a uint8 array of shape ``(w,)``
         for ``fixed_size_binary[w]`` columns (Fashion-MNIST's ``image``: 784 bytes), a NumPy
-        scalar otherwise. An integer yields dicts column -> array of up to ``batch_size`` rows
-        (use ``DataLoader(dataset, batch_size=None)``): much faster for wide tables. With
-        DataLoader workers, stack wide tables' features into one array in ``transform``: each
-        array crosses from a worker to the main process through a shared-memory segment of
-        its own, so one array per batch costs far less than one per column.
+        scalar otherwise. An integer yields dicts column -> torch tensor of up to
+        ``batch_size`` rows (use ``DataLoader(dataset, batch_size=None)``): much faster for wide
+        tables. Shapes: ``(rows,)`` for a number column, ``(rows, w)`` for
+        ``fixed_size_binary[w]`` (uint8), ``(rows, k)`` for a stack; string and other columns
+        without a torch type stay NumPy arrays. Outside DataLoader workers the tensors share
+        NumPy's memory (``torch.from_numpy``); in a worker they are built directly in shared
+        memory, so they reach the main process without another copy (the batches of one
+        shuffle buffer share one segment, freed when the last of them is dropped). ``transform``
+        receives these dicts.
+    stack
+        Columns to deliver as one array: ``{"features": ["f01", ..., "f90"]}`` yields, under
+        ``"features"``, a C-contiguous ``(rows, 90)`` array of those number columns in that order
+        (their common dtype, then ``float_dtype``), instead of 90 arrays; the other columns keep
+        their names. The array is built once, straight from the decoded columns (no stacking in
+        ``transform``), and crosses from a worker in one piece. Stacked columns are read even if
+        ``columns`` leaves them out.
+    float_dtype
+        None (default) keeps each floating-point column's type as stored (Parquet ``double`` ->
+        float64); ``"float32"`` (or ``"float16"``, ``"float64"``) converts every floating-point
+        column and stack while it is copied anyway. Integer and boolean columns keep their type.
     buffer_rows, read_rows
         Rows of the shuffle buffer, and rows read from a shard at a time (None: reads of about
         4 MiB, sized from the shard's footer). Rows held at once stay under
@@ -88,9 +105,12 @@ class TorchParquetDataset(torch.utils.data.IterableDataset):
     Raises
     ------
     StoreError
-        No shards at ``path`` (raised here, at construction, not in a worker).
+        No shards at ``path`` (raised here, at construction, not in a worker). When iterating:
+        a column in ``columns`` or ``stack`` that the shards lack, a stack key that is also an
+        unstacked column's name, or a stacked column that is not a number.
     ValueError
-        A bad rank/world size, or fewer shards than ranks (when iterating).
+        A bad rank/world size, or fewer shards than ranks (when iterating); a bad ``stack`` or
+        ``float_dtype``.
 
     Notes
     -----
@@ -120,6 +140,8 @@ class TorchParquetDataset(torch.utils.data.IterableDataset):
         read_rows: int | None = DEFAULT_READ_ROWS,
         rank: int | None = None,
         world_size: int | None = None,
+        stack: dict[str, Sequence[str]] | None = None,
+        float_dtype: str | None = None,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -142,6 +164,7 @@ class TorchParquetDataset(torch.utils.data.IterableDataset):
         self.batch_size = batch_size
         self.buffer_rows = buffer_rows
         self.read_rows = read_rows
+        self.layout = BlockLayout.build(stack, float_dtype)
         self._explicit_rank = None if rank is None else (rank, world_size)
         self._rank = self._distributed()
         self._store = store
@@ -190,6 +213,8 @@ class TorchParquetDataset(torch.utils.data.IterableDataset):
         )
         order = shard_order(self.shards, seed=self.seed ^ loader, epoch=epoch, shuffle=self.shuffle)
         mine = assign_shards(order, consumer)
+        # Batches leave a worker through shared memory: build them there in the first place.
+        empty = shared_empty if info is not None and self.batch_size is not None else empty_arrays
         rng = None
         if self.shuffle:
             rng = epoch_rng(self.seed ^ loader, epoch, consumer.rank, consumer.worker)
@@ -202,10 +227,16 @@ class TorchParquetDataset(torch.utils.data.IterableDataset):
             read_rows=self.read_rows,
             shards_in_memory=self.shards_in_memory,
             stats=self.stats,
+            layout=self.layout,
+            empty=empty,
         )
-        samples = (
-            iter_rows(blocks) if self.batch_size is None else iter_batches(blocks, self.batch_size)
-        )
+        if self.batch_size is None:
+            samples = iter_rows(blocks)
+        else:
+            samples = (
+                {k: as_tensor(v) for k, v in batch.items()}
+                for batch in iter_batches(blocks, self.batch_size, empty)
+            )
         if self.transform is None:
             yield from samples
         else:
