@@ -181,9 +181,12 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def py_spy(pid: int, out: str) -> subprocess.Popen:
-    """py-spy recording process ``pid`` into the flame graph ``out`` until SIGINT."""
+    """py-spy recording process ``pid`` into ``out`` until SIGINT: a flame graph (SVG), or
+    py-spy's raw collapsed stacks when ``out`` ends in ``.txt``."""
     exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    argv = [exe, "record", "--pid", str(pid), "--output", out, "--rate", "200", "--nonblocking"]
+    kind = "raw" if out.endswith(".txt") else "flamegraph"
+    argv = [exe, "record", "--pid", str(pid), "--output", out, "--format", kind]
+    argv += ["--rate", "200", "--nonblocking"]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
