@@ -13,7 +13,9 @@ In the same run, the same load goes to a baseline: a plain JupyterHub with none 
 configuration (:class:`BareHub`: ``SimpleLocalProcessSpawner`` starting the same tiny servers,
 SQLite, configurable-http-proxy, JupyterHub's defaults otherwise). It has no GPU board, so its
 fourth call is ``GET /hub/api/`` again, the cheapest of JupyterHub's (the ratio errs against
-ScaleLab). The two hubs run one after the other, never at once.
+ScaleLab). Both hubs run side by side and take the load in turns, in up to 5 rounds each
+(each round ``concurrency`` calls or more, the order alternating), so that other work on the
+machine falls on both alike; only one is loaded at a time.
 
 Prints one JSON object: ``servers``, ``requests``, ``concurrency``, ``p50_ms``, ``p99_ms``
 (the goal is < 250), ``failures`` (anything but HTTP 200, or no answer in 60 s; must be 0),
@@ -22,11 +24,12 @@ start every server), ``hub_cpu_ms_per_request`` (the hub process's CPU time duri
 user + system, per request: the service time that queueing multiplies, and steadier than
 latency on a shared machine); the baseline's ``baseline_p50_ms``, ``baseline_p99_ms``,
 ``baseline_failures``, ``baseline_hub_rss_mib``, ``baseline_hub_cpu_ms_per_request``;
-``p99_ratio`` (ScaleLab / baseline) and ``load_avg_1m_at_start`` (``os.getloadavg()`` before
-the first hub starts: other work on the machine shows there). ``--quick`` (20 servers, 200
-requests per hub) finishes within about a minute; the default is 50 servers and 2,000 requests.
-``--no-baseline`` measures ScaleLab's hub only; ``--py-spy FILE`` records ScaleLab's hub with
-py-spy (``pip install py-spy``) during the load, as a flame graph (SVG).
+``p99_ratio`` and ``hub_cpu_ratio`` (ScaleLab / baseline); ``load_avg_1m_at_start``
+(``os.getloadavg()`` before the first hub starts: other work on the machine shows there).
+``--quick`` (20 servers, 200 requests per hub) finishes within about a minute; the default is
+50 servers and 2,000 requests. ``--no-baseline`` measures ScaleLab's hub only; ``--py-spy
+FILE`` records ScaleLab's hub with py-spy (``pip install py-spy``) during the load: a flame
+graph (SVG), or py-spy's raw collapsed stacks when FILE ends in ``.txt``.
 
 Usage: ``.venv/bin/python bench/hub_load.py [--quick]`` from the repository root.
 """
@@ -45,6 +48,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -190,38 +194,58 @@ def py_spy(pid: int, out: str) -> subprocess.Popen:
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def measure(
-    hub: PlainHub, servers: int, count: int, concurrency: int, paths: list[str], spy: str = ""
-) -> dict:
-    """Start ``hub`` and ``servers`` servers, put the load on it, stop it; its figures."""
-    batch = 10
-    try:
-        hub.start()
-        users = [f"student{i:03d}" for i in range(servers)]
+@dataclass
+class Target:
+    """One hub under test and what was measured on it so far."""
+
+    hub: PlainHub
+    paths: list[str]
+    users: list[str] = field(default_factory=list)
+    token: str = ""
+    spawn_s: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    failures: int = 0
+    requests: int = 0
+    cpu_s: float = 0.0
+    rss_mib: float = 0.0
+
+    def prepare(self, servers: int, batch: int) -> None:
+        """Start the hub and ``servers`` users' servers; a token; a small warm-up load."""
+        self.hub.start()
+        self.users = [f"student{i:03d}" for i in range(servers)]
         began = time.perf_counter()
-        start_servers(hub, users, batch)
-        spawn_s = time.perf_counter() - began
-        token = admin_token(hub)
-        load(hub, token, users, min(count, 20), min(concurrency, 20), paths)  # warm up
-        proc = psutil.Process(hub.proc.pid)
-        recorder = py_spy(hub.proc.pid, spy) if spy else None
+        start_servers(self.hub, self.users, batch)
+        self.spawn_s = time.perf_counter() - began
+        self.token = admin_token(self.hub)
+        load(self.hub, self.token, self.users, 20, 20, self.paths)
+
+    def round(self, count: int, concurrency: int) -> None:
+        """``count`` calls, ``concurrency`` at a time; adds latencies, failures, CPU time."""
+        proc = psutil.Process(self.hub.proc.pid)
         cpu = sum(proc.cpu_times()[:2])
-        latencies, failures = load(hub, token, users, count, concurrency, paths)
-        cpu = sum(proc.cpu_times()[:2]) - cpu
-        if recorder is not None:
-            recorder.send_signal(signal.SIGINT)
-            recorder.wait(timeout=60)
-        rss = proc.memory_info().rss / 2**20
-    finally:
-        hub.close()
-    return {
-        "p50_ms": round(statistics.median(latencies), 1) if latencies else None,
-        "p99_ms": round(percentile(latencies, 99), 1) if latencies else None,
-        "failures": failures,
-        "hub_rss_mib": round(rss, 1),
-        "spawn_s": round(spawn_s, 1),
-        "hub_cpu_ms_per_request": round(cpu * 1000 / count, 2),
-    }
+        latencies, failures = load(self.hub, self.token, self.users, count, concurrency, self.paths)
+        self.cpu_s += sum(proc.cpu_times()[:2]) - cpu
+        self.latencies += latencies
+        self.failures += failures
+        self.requests += count
+        self.rss_mib = proc.memory_info().rss / 2**20
+
+    def figures(self) -> dict:
+        lat = self.latencies
+        return {
+            "p50_ms": round(statistics.median(lat), 1) if lat else None,
+            "p99_ms": round(percentile(lat, 99), 1) if lat else None,
+            "failures": self.failures,
+            "hub_rss_mib": round(self.rss_mib, 1),
+            "spawn_s": round(self.spawn_s, 1),
+            "hub_cpu_ms_per_request": round(self.cpu_s * 1000 / max(self.requests, 1), 2),
+        }
+
+
+def rounds(count: int, concurrency: int) -> list[int]:
+    """``count`` calls cut into rounds of at least ``concurrency`` (at most 5 rounds)."""
+    size = max(concurrency, -(-count // 5))
+    return [min(size, count - first) for first in range(0, count, size)]
 
 
 def main() -> None:
@@ -240,19 +264,37 @@ def main() -> None:
     load_avg = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="scalelab-hub-load-") as tmp:
         extra = TINY.format(python=sys.executable, tiny=tiny, batch=batch)
-        hub = PlainHub(Path(tmp) / "state", extra_config=extra)
-        figures = measure(hub, servers, count, args.concurrency, SCALELAB_PATHS, args.py_spy)
-        baseline = {}
+        scalelab = Target(PlainHub(Path(tmp) / "state", extra_config=extra), SCALELAB_PATHS)
+        targets = [scalelab]
         if not args.no_baseline:
-            bare = BareHub(Path(tmp) / "baseline", tiny, batch)
-            baseline = measure(bare, servers, count, args.concurrency, BASELINE_PATHS)
+            targets.append(Target(BareHub(Path(tmp) / "baseline", tiny, batch), BASELINE_PATHS))
+        recorder = None
+        try:
+            for target in targets:
+                target.prepare(servers, batch)
+            if args.py_spy:
+                recorder = py_spy(scalelab.hub.proc.pid, args.py_spy)
+            for i, size in enumerate(rounds(count, args.concurrency)):
+                for target in targets if i % 2 == 0 else targets[::-1]:
+                    target.round(size, args.concurrency)
+        finally:
+            if recorder is not None:
+                recorder.send_signal(signal.SIGINT)
+                recorder.wait(timeout=60)
+            for target in targets:
+                target.hub.close()
     result = {"servers": servers, "requests": count, "concurrency": args.concurrency}
+    figures = scalelab.figures()
     result.update(figures)
-    if baseline:
+    if len(targets) > 1:
+        baseline = targets[1].figures()
         for key in ("p50_ms", "p99_ms", "failures", "hub_rss_mib", "hub_cpu_ms_per_request"):
             result[f"baseline_{key}"] = baseline[key]
         if figures["p99_ms"] and baseline["p99_ms"]:
             result["p99_ratio"] = round(figures["p99_ms"] / baseline["p99_ms"], 2)
+        if baseline["hub_cpu_ms_per_request"]:
+            cpu = figures["hub_cpu_ms_per_request"] / baseline["hub_cpu_ms_per_request"]
+            result["hub_cpu_ratio"] = round(cpu, 2)
     result["load_avg_1m_at_start"] = round(load_avg, 2)
     print(json.dumps(result))
 
