@@ -162,7 +162,8 @@ def test_cli_errors_are_one_line_without_traceback(
     err = capsys.readouterr().err
     assert (
         err.strip()
-        == "scalelab: error: unknown data set(s): imagenet; known: fashion-mnist, millionsong"
+        == "scalelab: error: unknown data set(s): imagenet; known: fashion-mnist, millionsong, "
+        "msd-full"
     )
     assert main(["data", "fetch", "millionsong", "--mirror", str(tmp_path / "nope")]) == 2
     assert "nope does not exist: give a folder" in capsys.readouterr().err
