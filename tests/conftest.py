@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -58,3 +59,16 @@ def kernel_environment(
     for key, value in extra.items():
         monkeypatch.setenv(key, value)
     return {**os.environ, **extra}
+
+
+@pytest.fixture(autouse=True)
+def _collect_leaks_in_the_test_that_made_them(request: pytest.FixtureRequest):
+    """After each test that runs real servers, collect garbage at once.
+
+    A socket or file a test forgets to close is only reported (a ResourceWarning, an error here)
+    when the garbage collector finds it, which may be several tests later; collecting at the
+    end of the test names the one that leaked.
+    """
+    yield
+    if any(any(request.node.iter_markers(name)) for name in ("integration", "browser", "lab")):
+        gc.collect()
