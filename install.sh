@@ -10,6 +10,8 @@ as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 # 1. Debian packages: Java for Spark, BLAS/LAPACK for Spark ML, Chromium for the browser tests,
 #    the Fashion-MNIST data set package (one of `scalelab data fetch`'s sources), Node.js for the proxy.
 debs=(openjdk-17-jre-headless libblas3 liblapack3 chromium dataset-fashion-mnist)
+#    sparkmagic (remote Spark through Livy) builds its Kerberos parts (gssapi, krb5) from source.
+debs+=(libkrb5-dev gcc python3-dev)
 command -v npm >/dev/null || debs+=(nodejs npm)
 missing=()
 for pkg in "${debs[@]}"; do
@@ -32,6 +34,17 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e ".[kernels,test]"
   echo "$want" > "$stamp"
+fi
+
+# 2b. sparkmagic's remote Spark kernels (c.LivySettings) in an environment of their own: sparkmagic
+#     0.23 needs pandas < 3, ScaleLab's environment has pandas 3 (c.LivySettings.kernel_python).
+livy_req="sparkmagic==0.23.0"
+[[ -x .venv-livy/bin/python ]] || { say "creating .venv-livy"; python3 -m venv .venv-livy; }
+if [[ ! -f .venv-livy/.scalelab-install-stamp || $(cat .venv-livy/.scalelab-install-stamp) != "$livy_req" ]]; then
+  say "pip install $livy_req into .venv-livy (first time: a few minutes)"
+  .venv-livy/bin/python -m pip install -q --upgrade pip
+  .venv-livy/bin/python -m pip install -q "$livy_req"
+  echo "$livy_req" > .venv-livy/.scalelab-install-stamp
 fi
 
 # 3. configurable-http-proxy, pinned by package-lock.json; linked beside the venv's Python.

@@ -6,14 +6,19 @@ Ops set, in ``jupyterhub_config.py``::
     c.LivySettings.auth = "Kerberos"            # or "None", "Basic_Access"
     c.LivySettings.session_configs = {"driverMemory": "2g", "queue": "course",
                                       "conf": {"spark.executor.memoryOverhead": "1g"}}
+    c.LivySettings.kernel_python = "/opt/sparkmagic/bin/python"  # see below
 
 and each single-user server gets sparkmagic's ``config.json`` (:func:`sparkmagic_config`) and
 two more kernelspecs (:func:`sparkmagic_kernelspecs`). Ops' session settings go into
-sparkmagic's ``session_configs_defaults`` (sparkmagic >= 0.21), which sparkmagic merges *under*
-whatever a student sends with ``%%configure``: a student's ``%%configure {"executorMemory":
-"4g"}`` adds to ops' queue and ``conf`` instead of replacing them (sparkmagic replaces
-``session_configs`` wholesale, jupyter-incubator/sparkmagic#958). The merge is sparkmagic's; it
-is reproduced by :func:`effective_session` only to show ops what a session will get.
+sparkmagic's ``session_configs_defaults``, which sparkmagic (0.23, checked against a mock Livy
+in ``tests/test_livy_kernel.py``) merges recursively *under* ``session_configs``, the key that
+a student's ``%%configure`` replaces wholesale: a student's ``%%configure -f {"executorMemory":
+"4g"}`` adds to ops' queue and ``conf`` instead of replacing them. The merge is sparkmagic's;
+it is reproduced by :func:`effective_session` only to show ops what a session will get.
+
+sparkmagic 0.23 pins ``pandas < 3`` and ScaleLab's environment has pandas 3, so sparkmagic
+lives in an environment of its own (``install.sh`` makes ``.venv-livy``) and its kernels run
+that environment's Python, ``c.LivySettings.kernel_python``.
 
 Everything here is pure except :func:`write_sparkmagic_config`.
 """
@@ -68,7 +73,8 @@ SPARKMAGIC_KERNELS: dict[str, tuple[str, str, str]] = {
 
 
 class LivySettings(Configurable):
-    """Where sparkmagic's remote Spark kernels send their code (Apache Livy)."""
+    """Where sparkmagic's remote Spark kernels send their code (Apache Livy), and which Python
+    runs them."""
 
     url = Unicode(
         "",
@@ -81,7 +87,7 @@ class LivySettings(Configurable):
         default_value="None",
         config=True,
         help="""How sparkmagic authenticates to Livy: `None`, `Basic_Access` (a user name and
-        password) or `Kerberos` (the server's ticket; needs sparkmagic's Kerberos extras).""",
+        password) or `Kerberos` (the server's ticket, from `kinit`).""",
     )
     session_configs = Dict(
         config=True,
@@ -90,6 +96,15 @@ class LivySettings(Configurable):
         `queue`, `proxyUser`, `conf` (a dict of `spark.*` settings) ... A student's
         `%%configure` adds to these and may change a key, but never drops ops' other keys.
         Unknown keys are an error.""",
+    )
+
+    kernel_python = Unicode(
+        "",
+        config=True,
+        help="""Python interpreter of the environment that has sparkmagic, e.g.
+        `/opt/sparkmagic/bin/python` (`install.sh` makes `.venv-livy/bin/python`); sparkmagic's
+        kernels run with it. sparkmagic 0.23 needs pandas < 3, so it cannot share ScaleLab's
+        environment. Empty (the default): the single-user server's own Python.""",
     )
 
     @validate("session_configs")
@@ -139,8 +154,14 @@ def sparkmagic_config(settings: LivySettings) -> dict[str, Any]:
     dict
         ``kernel_python_credentials`` and ``kernel_scala_credentials`` (URL and auth),
         ``session_configs_defaults`` (ops' settings, kept under ``%%configure``),
-        ``session_configs`` (the same, for sparkmagic versions before 0.21), and a
-        ``heartbeatTimeoutInSecond`` so an abandoned session ends on the cluster.
+        ``session_configs`` (the same, for sparkmagic versions before 0.21),
+        ``livy_server_heartbeat_timeout_seconds`` (ops' ``heartbeatTimeoutInSecond``, else
+        900: sparkmagic writes this into every session body, over any
+        ``heartbeatTimeoutInSecond`` in the session settings, so an abandoned session ends on
+        the cluster), and
+        ``fatal_error_suggestion``: what a student reads under a cell when no session could
+        be had (Livy down, a wrong URL, a refused setting), naming the Livy URL and the hub
+        setting.
 
     Raises
     ------
@@ -150,32 +171,59 @@ def sparkmagic_config(settings: LivySettings) -> dict[str, Any]:
     if not settings.url:
         raise ValueError("no Livy server configured: set c.LivySettings.url")
     credentials = {"url": settings.url, "auth": settings.auth}
-    defaults = {"heartbeatTimeoutInSecond": 900, **copy.deepcopy(settings.session_configs)}
+    defaults = copy.deepcopy(settings.session_configs)
+    heartbeat_s = int(defaults.pop("heartbeatTimeoutInSecond", 900))
     return {
         "kernel_python_credentials": dict(credentials),
         "kernel_scala_credentials": dict(credentials),
         "session_configs_defaults": defaults,
         "session_configs": copy.deepcopy(defaults),
+        "livy_server_heartbeat_timeout_seconds": heartbeat_s,
+        "fatal_error_suggestion": fatal_error_text(settings.url),
         "wait_for_idle_timeout_seconds": 15,
         "livy_session_startup_timeout_seconds": 120,
     }
 
 
-def effective_session(defaults: Mapping[str, Any], configured: Mapping[str, Any]) -> dict:
+def fatal_error_text(url: str) -> str:
+    """sparkmagic's ``fatal_error_suggestion`` for a Livy at ``url`` (pure): a template with one
+    ``{}``, which sparkmagic fills with the error."""
+    safe_url = url.replace("{", "{{").replace("}", "}}")
+    return (
+        "The remote Spark session could not be used:\n\t{}.\n\n"
+        f"The Livy server is {safe_url} (c.LivySettings.url in the hub's configuration). "
+        "If it is not answering, or refuses the session settings, tell your course's ops; "
+        "then restart the kernel (Kernel > Restart Kernel) to try again."
+    )
+
+
+def effective_session(
+    defaults: Mapping[str, Any], configured: Mapping[str, Any], heartbeat_s: int | None = None
+) -> dict:
     """The Livy session body a student gets after ``%%configure`` (pure).
 
     ``configured`` (the ``%%configure`` cell) over ``defaults`` (ops' settings), one level deep
     for ``conf``: a student may change ``conf["spark.executor.memory"]`` and keeps ops' other
-    ``conf`` entries.
+    ``conf`` entries. ``heartbeat_s``, when given, is sparkmagic's
+    ``livy_server_heartbeat_timeout_seconds``, which sparkmagic sets as
+    ``heartbeatTimeoutInSecond`` over both (and removes when it is 0). sparkmagic also adds
+    ``kind`` (``pyspark`` or ``spark``), which a caller passes in ``configured``.
     """
     merged = {**copy.deepcopy(dict(defaults)), **copy.deepcopy(dict(configured))}
     if "conf" in defaults or "conf" in configured:
         merged["conf"] = {**defaults.get("conf", {}), **configured.get("conf", {})}
+    if heartbeat_s is not None:
+        merged.pop("heartbeatTimeoutInSecond", None)
+        if heartbeat_s > 0:
+            merged["heartbeatTimeoutInSecond"] = heartbeat_s
     return merged
 
 
-def sparkmagic_kernelspecs() -> dict[str, dict[str, Any]]:
+def sparkmagic_kernelspecs(python: str = "python") -> dict[str, dict[str, Any]]:
     """``kernel.json`` of sparkmagic's remote kernels, by kernelspec name (pure).
+
+    ``python`` is ``argv[0]``: the interpreter that has sparkmagic (``"python"``: the server's
+    own, which jupyter_client substitutes).
 
     Returns
     -------
@@ -186,7 +234,7 @@ def sparkmagic_kernelspecs() -> dict[str, dict[str, Any]]:
     """
     return {
         name: {
-            "argv": ["python", "-m", module, "-f", "{connection_file}"],
+            "argv": [python, "-m", module, "-f", "{connection_file}"],
             "display_name": display,
             "language": language,
             "interrupt_mode": "signal",
@@ -220,12 +268,18 @@ def livy_environment(settings: LivySettings) -> dict[str, str]:
     Returns
     -------
     dict
-        ``{"SCALELAB_LIVY": '{"url": ..., "auth": ..., "session_configs": ...}'}`` when
+        ``{"SCALELAB_LIVY": '{"url": ..., "auth": ..., "session_configs": ...,
+        "kernel_python": ...}'}`` when
         ``settings.url`` is set, else ``{}``.
     """
     if not settings.url:
         return {}
-    body = {"url": settings.url, "auth": settings.auth, "session_configs": settings.session_configs}
+    body = {
+        "url": settings.url,
+        "auth": settings.auth,
+        "session_configs": settings.session_configs,
+        "kernel_python": settings.kernel_python,
+    }
     return {envvars.LIVY: json.dumps(body, sort_keys=True)}
 
 
@@ -255,10 +309,47 @@ def prepare_server(settings: LivySettings, state_dir: str | Path) -> tuple[Path,
     conf_dir = Path(state_dir) / "sparkmagic"
     write_sparkmagic_config(settings, conf_dir)
     kernels_dir = Path(state_dir) / "kernels"
-    for name, spec in sparkmagic_kernelspecs().items():
+    for name, spec in sparkmagic_kernelspecs(settings.kernel_python or "python").items():
         (kernels_dir / name).mkdir(parents=True, exist_ok=True)
         (kernels_dir / name / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
     return conf_dir, kernels_dir
+
+
+_HAS_SPARKMAGIC = (
+    "import importlib.util, sys; sys.exit(importlib.util.find_spec('sparkmagic') is None)"
+)
+
+
+def sparkmagic_problem(kernel_python: str) -> str | None:
+    """Why sparkmagic's kernels cannot run with ``kernel_python`` ("": this Python), or None.
+
+    Runs ``kernel_python`` once (a second at most) to look for sparkmagic in its environment.
+
+    Returns
+    -------
+    str or None
+        A message naming the interpreter and the fix, e.g. "sparkmagic is not installed in
+        /opt/sparkmagic/bin/python's environment: ...".
+    """
+    import importlib.util
+    import subprocess
+    import sys
+
+    fix = (
+        "install sparkmagic==0.23.0 into an environment of its own (install.sh makes "
+        ".venv-livy) and set c.LivySettings.kernel_python to its bin/python"
+    )
+    if not kernel_python:
+        if importlib.util.find_spec("sparkmagic") is None:
+            return f"sparkmagic is not installed in this server's Python ({sys.executable}): {fix}"
+        return None
+    try:
+        found = subprocess.run([kernel_python, "-c", _HAS_SPARKMAGIC], timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"c.LivySettings.kernel_python = {kernel_python!r} cannot run ({exc}): {fix}"
+    if found.returncode != 0:
+        return f"sparkmagic is not installed in {kernel_python}'s environment: {fix}"
+    return None
 
 
 def setup(serverapp: Any) -> list[str]:
@@ -267,24 +358,24 @@ def setup(serverapp: Any) -> list[str]:
     Called by the server extension. Writes sparkmagic's configuration, points
     ``SPARKMAGIC_CONF_DIR`` at it (kernels inherit the server's environment), and adds the
     kernelspecs to the server's kernelspec manager and its allow-list. Without sparkmagic
-    installed it logs how to install it and offers nothing.
+    where ``c.LivySettings.kernel_python`` points it logs how to install it and offers nothing.
 
     Returns
     -------
     list of str
         The kernelspec names added.
     """
-    import importlib.util
     import os
 
     settings = settings_from_environment(os.environ)
     if settings is None:
         return []
-    if importlib.util.find_spec("sparkmagic") is None:
+    problem = sparkmagic_problem(settings.kernel_python)
+    if problem:
         serverapp.log.error(
-            "ScaleLab: the hub configured Livy (c.LivySettings.url = %s) but sparkmagic is not "
-            "installed in this server's environment: pip install 'scalelab[livy]'",
+            "ScaleLab: the hub configured Livy (c.LivySettings.url = %s) but %s",
             settings.url,
+            problem,
         )
         return []
     home = os.environ.get("HOME") or os.path.expanduser("~")

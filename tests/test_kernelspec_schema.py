@@ -87,7 +87,8 @@ def test_sparkmagic_config_points_both_kernels_at_livy():
         assert conf[key] == {"url": "http://livy.cluster:8998", "auth": "Kerberos"}
     assert conf["session_configs_defaults"]["queue"] == "course"
     assert conf["session_configs"] == conf["session_configs_defaults"]
-    assert conf["session_configs_defaults"]["heartbeatTimeoutInSecond"] == 900
+    assert conf["livy_server_heartbeat_timeout_seconds"] == 900  # sparkmagic's key for it
+    assert "heartbeatTimeoutInSecond" not in conf["session_configs_defaults"]  # it overrides
 
 
 def test_configure_keeps_ops_settings():
