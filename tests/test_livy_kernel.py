@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,13 +21,16 @@ import pytest
 from traitlets.config import Config
 
 from scalelab.kernels.livy import (
+    SPARKMAGIC_KERNELS,
     LivySettings,
     effective_session,
     livy_environment,
     prepare_server,
     settings_from_environment,
     sparkmagic_config,
+    sparkmagic_problem,
 )
+from tests.hubproc import ScaleLabUp, execute
 from tests.kernelrun import Kernel
 
 pytestmark = pytest.mark.integration
@@ -255,3 +259,45 @@ def test_bad_livy_url_is_a_readable_error_and_the_kernel_lives(
         again = kernel.run("print(2)", timeout_s=120)  # the kernel still answers, and says why
         assert "The remote Spark session could not be used" in _text(again), again
         assert kernel.km.is_alive()
+
+
+def test_sparkmagic_problem_names_the_interpreter_and_the_fix(tmp_path: Path):
+    assert sparkmagic_problem(str(LIVY_PYTHON)) is None
+    # ScaleLab's own environment has pandas 3, so no sparkmagic
+    problem = sparkmagic_problem(sys.executable)
+    assert problem is not None and f"not installed in {sys.executable}'s environment" in problem
+    assert "c.LivySettings.kernel_python" in problem and ".venv-livy" in problem
+    assert "this server's Python" in (sparkmagic_problem("") or "")
+    missing = str(tmp_path / "nowhere" / "python")
+    assert "cannot run" in (sparkmagic_problem(missing) or "")
+
+
+@pytest.mark.asyncio
+async def test_a_hub_with_livy_offers_the_remote_kernel_with_ops_settings(
+    mock_livy: MockLivy, tmp_path: Path
+):
+    config = (
+        f"c.LivySettings.url = {mock_livy.url!r}\n"
+        f"c.LivySettings.kernel_python = {str(LIVY_PYTHON)!r}\n"
+        f"c.LivySettings.session_configs = {OPS_SESSION!r}\n"
+    )
+    hub = ScaleLabUp(tmp_path / "state", extra_config=config)
+    try:
+        hub.start()
+        hub.start_server("alice")
+        specs = hub.server_api("alice", "GET", "/kernelspecs").json()["kernelspecs"]
+        assert set(SPARKMAGIC_KERNELS) <= set(specs)
+        assert specs["sparkmagic-pyspark"]["spec"]["display_name"] == "PySpark (remote, Livy)"
+        started = hub.server_api("alice", "POST", "/kernels", json={"name": "sparkmagic-pyspark"})
+        assert started.status_code == 201, started.text
+        kernel_id = started.json()["id"]
+        await execute(hub, "alice", kernel_id, '%%configure -f\n{"numExecutors": 2}')
+        out = await execute(hub, "alice", kernel_id, "spark.range(5).count()")
+        assert "mock Livy ran: spark.range(5).count()" in out["stdout"], out
+        assert len(mock_livy.sessions_posted) == 1
+        body = mock_livy.sessions_posted[0]
+        assert body["numExecutors"] == 2 and body["queue"] == "course"
+        assert body["conf"] == OPS_SESSION["conf"]
+        assert hub.interrupt() == 0
+    finally:
+        hub.kill()
