@@ -20,7 +20,8 @@ sparkmagic 0.23 pins ``pandas < 3`` and ScaleLab's environment has pandas 3, so 
 lives in an environment of its own (``install.sh`` makes ``.venv-livy``) and its kernels run
 that environment's Python, ``c.LivySettings.kernel_python``.
 
-Everything here is pure except :func:`write_sparkmagic_config`.
+Everything here is pure except :func:`write_sparkmagic_config`, :func:`prepare_server`,
+:func:`sparkmagic_problem` and :func:`setup`.
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def sparkmagic_config(settings: LivySettings) -> dict[str, Any]:
     dict
         ``kernel_python_credentials`` and ``kernel_scala_credentials`` (URL and auth),
         ``session_configs_defaults`` (ops' settings, kept under ``%%configure``),
-        ``session_configs`` (the same, for sparkmagic versions before 0.21),
+        ``session_configs`` (the same; the key a student's ``%%configure`` replaces),
         ``livy_server_heartbeat_timeout_seconds`` (ops' ``heartbeatTimeoutInSecond``, else
         900: sparkmagic writes this into every session body, over any
         ``heartbeatTimeoutInSecond`` in the session settings, so an abandoned session ends on

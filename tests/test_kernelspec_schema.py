@@ -149,3 +149,19 @@ def test_hub_settings_travel_to_the_server_and_are_written_there(tmp_path: Path)
 def test_no_livy_url_adds_nothing_to_the_server():
     assert livy_environment(LivySettings()) == {}
     assert settings_from_environment({}) is None
+
+
+def test_ops_heartbeat_goes_to_sparkmagics_own_setting():
+    # sparkmagic 0.23 writes livy_server_heartbeat_timeout_seconds over the session's own
+    settings = LivySettings(
+        url="http://livy.cluster:8998",
+        session_configs={"heartbeatTimeoutInSecond": 0, "queue": "course"},
+    )
+    conf = sparkmagic_config(settings)
+    assert conf["livy_server_heartbeat_timeout_seconds"] == 0
+    assert conf["session_configs_defaults"] == {"queue": "course"}
+    student = {"heartbeatTimeoutInSecond": 60, "kind": "pyspark"}
+    assert effective_session(conf["session_configs_defaults"], student, heartbeat_s=0) == {
+        "queue": "course",
+        "kind": "pyspark",
+    }
