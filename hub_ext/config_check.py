@@ -1,0 +1,147 @@
+"""The hub configuration checked up front: the operator's file compiles, loads and validates.
+
+``scalelab up --config FILE`` and ``scalelab doctor --config FILE`` both call
+:func:`check_hub_config`, so a misspelt ScaleLab setting, a bad value or a Python syntax error
+in ``FILE`` is one clear message (and its fix) before the hub starts, instead of a hub log
+traceback. The validation itself is the one the generated ``jupyterhub_config.py`` runs when
+the hub starts (:func:`scalelab.spawner.gpu_spawner.validate_config` and
+:func:`scalelab.hub_ext.culling.configure_culling`); this module only calls it earlier.
+"""
+
+from __future__ import annotations
+
+import copy
+import traceback
+from pathlib import Path
+
+from traitlets.config import Config
+
+
+class ConfigProblem(Exception):
+    """The configuration cannot be used: ``str(exc)`` says what is wrong, :attr:`fix` what to do.
+
+    Attributes
+    ----------
+    message
+        What is wrong, naming the file and line, or the setting (one line).
+    fix
+        What to change.
+    """
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+
+def compile_config_file(path: str | Path) -> None:
+    """Compile (do not run) the Python config file ``path``.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``path`` does not exist or is not a file.
+    ConfigProblem
+        It cannot be read, or has a Python syntax error; the message is Python's, with the file
+        name and line, e.g. ``'(' was never closed (mine.py, line 1)``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"the config file {path} does not exist")
+    try:
+        source = path.read_bytes()
+    except OSError as exc:
+        raise ConfigProblem(
+            f"cannot read the configuration: {path}: {exc.strerror or exc}",
+            f"Make {path} readable by this user.",
+        ) from None
+    try:
+        compile(source, str(path), "exec")
+    except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte in the file
+        where = f" at line {exc.lineno}" if isinstance(exc, SyntaxError) and exc.lineno else ""
+        raise ConfigProblem(
+            f"cannot read the configuration: {exc}",
+            f"Correct the Python syntax{where} of {path}.",
+        ) from None
+
+
+def load_config_file(path: str | Path) -> Config:
+    """The settings of the Python config file ``path``, compiled first, then run as JupyterHub
+    runs it (traitlets' ``PyFileConfigLoader``: ``c``, ``get_config()``, ``load_subconfig()``).
+
+    Raises
+    ------
+    FileNotFoundError
+        ``path`` does not exist.
+    ConfigProblem
+        A syntax error, or an exception while the file runs (named with its line).
+    """
+    from traitlets.config.loader import PyFileConfigLoader
+
+    compile_config_file(path)
+    path = Path(path).resolve()
+    try:
+        return PyFileConfigLoader(path.name, str(path.parent)).load_config()
+    except ConfigProblem:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- the operator's code may raise anything
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == str(path)]
+        where = f"{path.name}, line {frames[-1].lineno}" if frames else path.name
+        raise ConfigProblem(
+            f"cannot read the configuration: {type(exc).__name__}: {exc} ({where})",
+            f"Correct {path} at that line; it must run as plain Python.",
+        ) from None
+
+
+def validate_hub_config(c: Config, source: str = "your config file") -> None:
+    """Run the validation the hub runs at start on ``c`` (not changed).
+
+    Raises
+    ------
+    ConfigProblem
+        A misspelt ``GPUPolicy``/``ScaleLabCulling`` setting or key, a bad value, profile,
+        declared GPU or memory size; the message names it (traitlets' or ScaleLab's words).
+    """
+    from scalelab.hub_ext.culling import configure_culling
+    from scalelab.spawner.gpu_spawner import validate_config
+
+    try:
+        validate_config(c)
+        configure_culling(copy.deepcopy(c))  # it adds services to the config it is given
+    except Exception as exc:  # noqa: BLE001 -- traitlets raises TraitError, ours ValueError
+        raise ConfigProblem(
+            f"the configuration is not valid: {exc}",
+            f"Correct that setting in {source}; `scalelab config-reference` lists every "
+            "setting with its type.",
+        ) from None
+
+
+def check_hub_config(base: Config, operator_config: str | Path | None) -> Config:
+    """``base`` with the operator's file merged over it, compiled, loaded and validated.
+
+    Parameters
+    ----------
+    base
+        ScaleLab's defaults (:func:`scalelab.hub_ext.hubconfig.embedded_config`); not changed.
+    operator_config
+        The ``jupyterhub_config.py`` given with ``--config``, or None.
+
+    Returns
+    -------
+    traitlets.config.Config
+        The merged configuration, as the hub will see it.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``operator_config`` does not exist.
+    ConfigProblem
+        As :func:`load_config_file` and :func:`validate_hub_config`.
+    """
+    merged = copy.deepcopy(base)
+    source = "your config file"
+    if operator_config:
+        merged.merge(load_config_file(operator_config))
+        source = str(Path(operator_config))
+    validate_hub_config(merged, source)
+    return merged
