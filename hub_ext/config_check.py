@@ -11,6 +11,7 @@ the hub starts (:func:`scalelab.spawner.gpu_spawner.validate_config` and
 from __future__ import annotations
 
 import copy
+import difflib
 import traceback
 from pathlib import Path
 
@@ -99,21 +100,50 @@ def validate_hub_config(c: Config, source: str = "your config file") -> None:
     Raises
     ------
     ConfigProblem
-        A misspelt ``GPUPolicy``/``ScaleLabCulling`` setting or key, a bad value, profile,
-        declared GPU or memory size; the message names it (traitlets' or ScaleLab's words).
+        A misspelt ``GPUPolicy``/``ScaleLabCulling``/``ScaleLabSpawner``/``LivySettings``
+        setting or key, a bad value, profile, declared GPU, memory size or Livy session field;
+        the message names it (traitlets' or ScaleLab's words).
     """
     from scalelab.hub_ext.culling import configure_culling
+    from scalelab.kernels.livy import LivySettings
     from scalelab.spawner.gpu_spawner import validate_config
+    from scalelab.spawner.local import ScaleLabSpawner
 
     try:
         validate_config(c)
         configure_culling(copy.deepcopy(c))  # it adds services to the config it is given
+        check_section_keys(c, ScaleLabSpawner)
+        check_section_keys(c, LivySettings)
+        LivySettings(config=c)  # its values (session_configs) are checked when it is made
     except Exception as exc:  # noqa: BLE001 -- traitlets raises TraitError, ours ValueError
         raise ConfigProblem(
             f"the configuration is not valid: {exc}",
             f"Correct that setting in {source}; `scalelab config-reference` lists every "
             "setting with its type.",
         ) from None
+
+
+def check_section_keys(c: Config, cls: type) -> None:
+    """Raise ``ValueError`` naming each key of ``c.<cls name>`` that ``cls`` has no setting for.
+
+    traitlets only warns about those (and the hub starts with the setting ignored); ScaleLab's
+    sections refuse them. The message suggests the nearest setting name, e.g.
+    ``c.ScaleLabSpawner has unknown setting(s) ['store_ulr'] (did you mean 'store_url'?)``.
+    """
+    name = cls.__name__
+    if name not in c:
+        return
+    known = set(cls.class_trait_names(config=True))
+    unknown = sorted(set(c[name]) - known)
+    if not unknown:
+        return
+    hints = [
+        f"{key!r} -> {close[0]!r}"
+        for key in unknown
+        if (close := difflib.get_close_matches(key, known, n=1, cutoff=0.6))
+    ]
+    hint = f" (did you mean {', '.join(hints)}?)" if hints else ""
+    raise ValueError(f"c.{name} has unknown setting(s) {unknown}{hint}")
 
 
 def check_hub_config(base: Config, operator_config: str | Path | None) -> Config:

@@ -65,6 +65,16 @@ def _scalelab(*args: str, env: dict | None = None) -> subprocess.CompletedProces
         (BAD_VALUE, "GPUPolicy.group_limits['ml']: unknown key(s) ['max_gpu']"),
         ("c.ScaleLabCulling.idle_timout = 5\n", "c.ScaleLabCulling"),
         ("c.ScaleLabSpawner.profiles = [{'slug': 'x', 'gpu': 1}]\n", "gpu"),
+        (
+            "c.ScaleLabSpawner.store_ulr = 'file:///srv'\n",
+            "c.ScaleLabSpawner has unknown setting(s) ['store_ulr'] (did you mean "
+            "'store_ulr' -> 'store_url'?)",
+        ),
+        ("c.LivySettings.urll = 'http://livy:8998'\n", "c.LivySettings has unknown setting(s)"),
+        (
+            "c.LivySettings.session_configs = {'driverMem': '1g'}\n",
+            "c.LivySettings.session_configs has unknown key(s) ['driverMem']",
+        ),
     ],
 )
 def test_the_hubs_own_validation_runs_up_front_and_names_the_setting(tmp_path, text, message):
