@@ -2,9 +2,11 @@
 
 Each check is a function that returns a :class:`Check` (name, status, detail, fix) and never
 raises for a broken host: Java, Spark, the course store and the homes folder, NVML and the GPU
-inventory, configurable-http-proxy, the hub's port and the hub database. The checks read the
-hub's configuration (``scalelab up``'s defaults, plus the operator's ``jupyterhub_config.py``
-given with ``--config``), so they test what the hub will actually use.
+inventory, configurable-http-proxy, the hub's port and the hub database, after the
+configuration itself (the operator's file compiles, runs and passes the hub's start-up
+validation). The checks read the hub's configuration (``scalelab up``'s defaults, plus the
+operator's ``jupyterhub_config.py`` given with ``--config``), so they test what the hub will
+actually use.
 
 Statuses: ``ok``; ``warn`` (the hub runs, with less: e.g. no GPU on a CPU machine); ``fail``
 (the hub or students' kernels will not work). :func:`exit_status` is 1 when any check failed.
@@ -338,6 +340,23 @@ def _get(section: Any, key: str, default: Any) -> Any:
     return section[key] if key in section else default
 
 
+def _hub_config(state_dir: Path, ip: str, port: int, store_url: str | None) -> Any:
+    """``scalelab up``'s embedded configuration for ``state_dir`` (a traitlets ``Config``)."""
+    from scalelab.hub_ext.hubconfig import UpSettings, embedded_config
+    from scalelab.hub_ext.up import default_store_url
+
+    settings = UpSettings(
+        state_dir=str(state_dir),
+        store_url=store_url or default_store_url(state_dir),
+        proxy_command=[],
+        hub_port=0,
+        proxy_api_port=0,
+        ip=ip,
+        port=port,
+    )
+    return embedded_config(settings, password="doctor-does-not-log-in")
+
+
 def load_settings(
     state_dir: Path,
     *,
@@ -352,30 +371,15 @@ def load_settings(
     ------
     FileNotFoundError
         ``config_file`` does not exist.
-    traitlets.config.loader.ConfigFileNotFound, SyntaxError
-        It cannot be loaded.
+    scalelab.hub_ext.config_check.ConfigProblem
+        It does not compile, or fails while it runs.
     """
-    from traitlets.config.loader import PyFileConfigLoader
-
-    from scalelab.hub_ext.hubconfig import UpSettings, embedded_config
-    from scalelab.hub_ext.up import default_store_url
+    from scalelab.hub_ext.config_check import load_config_file
 
     state_dir = state_dir.expanduser().resolve()
-    settings = UpSettings(
-        state_dir=str(state_dir),
-        store_url=store_url or default_store_url(state_dir),
-        proxy_command=[],
-        hub_port=0,
-        proxy_api_port=0,
-        ip=ip,
-        port=port,
-    )
-    c = embedded_config(settings, password="doctor-does-not-log-in")
+    c = _hub_config(state_dir, ip, port, store_url)
     if config_file:
-        path = Path(config_file).resolve()
-        if not path.is_file():
-            raise FileNotFoundError(f"the config file {config_file} does not exist")
-        c.merge(PyFileConfigLoader(path.name, str(path.parent)).load_config())
+        c.merge(load_config_file(config_file))
     spawner = c.ScaleLabSpawner
     return DoctorSettings(
         state_dir=str(state_dir),
@@ -389,6 +393,62 @@ def load_settings(
         declared_gpus=list(_get(spawner, "declared_gpus", [])),
         exclude_gpus=list(_get(spawner, "exclude_gpus", [])),
     )
+
+
+def check_configuration(
+    state_dir: Path,
+    *,
+    ip: str = "127.0.0.1",
+    port: int = 8000,
+    store_url: str | None = None,
+    config_file: str | None = None,
+) -> Check:
+    """The configuration ``scalelab up`` would start the hub with: ``config_file`` compiles and
+    runs, and passes the hub's own start-up validation (the same call ``scalelab up`` makes:
+    :func:`scalelab.hub_ext.config_check.check_hub_config`).
+
+    Raises
+    ------
+    FileNotFoundError
+        ``config_file`` does not exist.
+    """
+    from scalelab.hub_ext.config_check import ConfigProblem, check_hub_config
+
+    state_dir = state_dir.expanduser().resolve()
+    try:
+        check_hub_config(_hub_config(state_dir, ip, port, store_url), config_file)
+    except ConfigProblem as exc:
+        return Check("Configuration", FAIL, exc.message, exc.fix)
+    what = f"ScaleLab's defaults and {config_file}" if config_file else "ScaleLab's defaults"
+    return Check("Configuration", OK, f"{what}: loaded and valid")
+
+
+def doctor_checks(
+    state_dir: Path,
+    *,
+    ip: str = "127.0.0.1",
+    port: int = 8000,
+    store_url: str | None = None,
+    config_file: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> list[Check]:
+    """Every check, the configuration first; the others on the operator's settings, or on
+    ScaleLab's defaults when ``config_file`` cannot be loaded at all.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``config_file`` does not exist.
+    """
+    from scalelab.hub_ext.config_check import ConfigProblem
+
+    where = {"ip": ip, "port": port, "store_url": store_url}
+    config = check_configuration(state_dir, config_file=config_file, **where)
+    try:
+        settings = load_settings(state_dir, config_file=config_file, **where)
+    except ConfigProblem:  # already reported by the Configuration check
+        settings = load_settings(state_dir, **where)
+    return [config, *run_checks(settings, env)]
 
 
 def hub_pids(state_dir: Path) -> set[int]:

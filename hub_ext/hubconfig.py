@@ -19,6 +19,11 @@ from scalelab.hub_ext.gpu_board import handlers as gpu_board_handlers
 from scalelab.hub_ext.server_logs import handlers as server_log_handlers
 from scalelab.templates import templates_dir
 
+#: User names ``scalelab up`` accepts at login (JupyterHub's ``Authenticator.username_pattern``,
+#: matched after JupyterHub lowercases the name): lowercase letters, digits, ``.``, ``_``, ``-``,
+#: starting with a letter or digit, 1 to 64 characters, so that each is a home folder name.
+USERNAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+
 
 @dataclass(frozen=True)
 class UpSettings:
@@ -99,6 +104,7 @@ def embedded_config(s: UpSettings, password: str) -> Config:
     c.JupyterHub.authenticator_class = "shared-password"
     c.SharedPasswordAuthenticator.user_password = password
     c.Authenticator.allow_all = True  # anyone who knows the course password may log in
+    c.Authenticator.username_pattern = USERNAME_PATTERN  # every name can be a home folder
 
     c.JupyterHub.spawner_class = "scalelab"
     c.ScaleLabSpawner.home_root = str(state / "homes")

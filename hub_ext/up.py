@@ -32,7 +32,13 @@ import fsspec
 import psutil
 
 from scalelab import envvars
-from scalelab.hub_ext.hubconfig import UpSettings, config_file_text, kernelspec_dir
+from scalelab.hub_ext.config_check import ConfigProblem, check_hub_config
+from scalelab.hub_ext.hubconfig import (
+    UpSettings,
+    config_file_text,
+    embedded_config,
+    kernelspec_dir,
+)
 from scalelab.kernels.specs import install_kernelspecs
 from scalelab.store import StoreError, missing_datasets, open_store
 from scalelab.store.errors import store_failure
@@ -357,7 +363,8 @@ def run_up(
     ------
     UpError
         Before anything started: the state folder is in use, the port is taken, the proxy is
-        missing, the password is too short, or the operator's config file does not exist.
+        missing, the password is too short, or the operator's config file does not exist, does
+        not compile, fails to run or has a misspelt or bad ScaleLab setting.
     """
     state_dir = state_dir.expanduser().resolve()
     url = f"http://{ip}:{port}/"
@@ -371,6 +378,10 @@ def run_up(
         check_port_free(ip, port)
         password, generated = resolve_password(password)
         settings = up_settings(state_dir, ip=ip, port=port, store_url=store_url)
+        try:  # the hub's own start-up validation, run here: one line instead of its traceback
+            check_hub_config(embedded_config(settings, password), operator_config)
+        except ConfigProblem as exc:
+            raise UpError(f"{exc}. {exc.fix}") from None
         install_kernelspecs(kernelspec_dir(state_dir))
         config_path = state_dir / "jupyterhub_config.py"
         config_path.write_text(config_file_text(settings, operator_config))

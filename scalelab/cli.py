@@ -143,11 +143,11 @@ def _labs(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from scalelab.hub_ext.doctor import exit_status, format_checks, load_settings, run_checks
+    from scalelab.hub_ext.doctor import doctor_checks, exit_status, format_checks
     from scalelab.hub_ext.up import default_state_dir
 
     try:
-        settings = load_settings(
+        checks = doctor_checks(
             args.state_dir or default_state_dir(),
             ip=args.ip,
             port=args.port,
@@ -156,7 +156,6 @@ def _doctor(args: argparse.Namespace) -> int:
         )
     except (OSError, SyntaxError) as exc:
         raise UsageError(f"cannot read the configuration: {exc}") from None
-    checks = run_checks(settings)
     print(format_checks(checks))
     return exit_status(checks)
 

@@ -23,6 +23,7 @@ from scalelab import envvars
 from scalelab.kernels.livy import LivySettings, livy_environment
 from scalelab.spawner.environment import server_args, server_environment
 from scalelab.spawner.gpu_spawner import GPUSpawnerMixin
+from scalelab.spawner.homes import make_home
 from scalelab.spawner.server_logs import ServerLogMixin, server_log_path
 
 
@@ -165,5 +166,5 @@ class ScaleLabSpawner(GPUSpawnerMixin, ServerLogMixin, LocalProcessSpawner):
 
     async def start(self):
         if self.home_root:
-            os.makedirs(self.home_dir, 0o700, exist_ok=True)
+            make_home(self.home_root, self.user.name)
         return await super().start()

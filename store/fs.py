@@ -47,6 +47,14 @@ def store_settings(environ: Mapping[str, str] | None = None) -> tuple[str, dict[
     return url, store_options_from_env(env)
 
 
+#: The fix for a bad ``SCALELAB_STORE_OPTIONS``: the value read is the variable's, wherever it
+#: was set (the hub's spawner always writes valid JSON from ``c.ScaleLabSpawner.store_options``).
+_OPTIONS_FIX = (
+    f"set {ENV_STORE_OPTIONS} to a JSON object of the store's storage_options, e.g. "
+    f"""export {ENV_STORE_OPTIONS}='{{"anon": true}}', or unset it."""
+)
+
+
 def store_options_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The store's ``storage_options`` from ``SCALELAB_STORE_OPTIONS`` (a JSON object).
 
@@ -67,11 +75,12 @@ def store_options_from_env(environ: Mapping[str, str] | None = None) -> dict[str
     except json.JSONDecodeError as exc:
         raise StoreConfigError(
             f"{ENV_STORE_OPTIONS} is not valid JSON ({exc.msg} at character {exc.pos}); "
-            "fix c.ScaleLabSpawner.store_options."
+            f"{_OPTIONS_FIX}"
         ) from None
     if not isinstance(options, dict):
         raise StoreConfigError(
-            f"{ENV_STORE_OPTIONS} must be a JSON object, not {type(options).__name__}."
+            f"{ENV_STORE_OPTIONS} must be a JSON object, not {type(options).__name__}; "
+            f"{_OPTIONS_FIX}"
         )
     return options
 

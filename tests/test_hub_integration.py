@@ -102,7 +102,10 @@ def test_second_up_on_the_same_state_folder_says_who_runs(hub: ScaleLabUp):
 def test_a_misspelt_gpu_setting_stops_scalelab_up_and_names_it(tmp_path: Path):
     up = ScaleLabUp(tmp_path / "state", extra_config="c.GPUPolicy.max_gpus_per_usr = 2\n")
     result = subprocess.run(up.argv, env=up.env, capture_output=True, text=True, timeout=180)
-    assert result.returncode == 1
-    assert "The hub did not start" in result.stdout
-    assert "c.GPUPolicy has unknown setting(s) ['max_gpus_per_usr']" in result.stdout
-    assert "Reason: Bad config encountered during initialization: c.GPUPolicy" in result.stdout
+    assert result.returncode == 2  # refused up front, with the hub's own validation
+    assert "The hub did not start" not in result.stdout and "Traceback" not in result.stderr
+    assert result.stderr.startswith(
+        "scalelab: error: the configuration is not valid: "
+        "c.GPUPolicy has unknown setting(s) ['max_gpus_per_usr']"
+    )
+    assert len(result.stderr.splitlines()) == 1
