@@ -23,6 +23,7 @@ import datetime as dt
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -207,7 +208,11 @@ class Monitor:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the monitor until killed (the hub stops its services at shutdown)."""
+    """Run the monitor until stopped; returns 0 when the hub stops it.
+
+    The hub stops its services with SIGINT (then SIGTERM): either ends the loop quietly, with
+    one log line instead of a ``KeyboardInterrupt`` traceback in the hub's log.
+    """
     argv = sys.argv[1:] if argv is None else argv
     settings = json.loads(argv[0])
     logging.basicConfig(
@@ -224,12 +229,21 @@ def main(argv: list[str] | None = None) -> int:
         fake_utilization_file=settings["fake_utilization_file"],
     )
     log.info("watching kernels and GPUs every %s s: %s", settings["poll_interval"], monitor.rules)
-    while True:
-        try:
-            monitor.poll(time.time())
-        except (requests.RequestException, ValueError, KeyError) as exc:
-            log.error("poll failed, retrying in %s s: %s", settings["poll_interval"], exc)
-        time.sleep(settings["poll_interval"])
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        while True:
+            try:
+                monitor.poll(time.time())
+            except (requests.RequestException, ValueError, KeyError) as exc:
+                log.error("poll failed, retrying in %s s: %s", settings["poll_interval"], exc)
+            time.sleep(settings["poll_interval"])
+    except KeyboardInterrupt:
+        log.info("stopped by the hub")
+    return 0
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 from traitlets.config import Config
 
@@ -16,6 +23,7 @@ from scalelab.hub_ext.culling import (
     decide,
 )
 from scalelab.hub_ext.notices import clear_notice, read_notice, write_notice
+from scalelab.hub_ext.up import free_port
 from scalelab.kernels.notices import new_notice
 
 RULES = IdleRules(busy_threshold_pct=5, gpu_idle_timeout_s=1800, gpu_idle_warning_s=600)
@@ -177,3 +185,38 @@ def test_a_guarded_service_ends_when_the_hub_is_killed(tmp_path):
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_gpu_monitor_stops_quietly_when_the_hub_stops_it(sig: signal.Signals):
+    """The hub stops its services with SIGINT, then SIGTERM: one line, no traceback."""
+    settings = {
+        "busy_threshold_pct": 5.0,
+        "gpu_idle_timeout": 60,
+        "gpu_idle_warning": 30,
+        "fake_utilization_file": "",
+        "poll_interval": 1,
+    }
+    env = {
+        **os.environ,
+        "JUPYTERHUB_API_URL": f"http://127.0.0.1:{free_port()}/hub/api",  # nothing answers
+        "JUPYTERHUB_API_TOKEN": "not-a-real-token",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scalelab.hub_ext.gpu_monitor", json.dumps(settings)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        time.sleep(3)  # a poll or two fail (logged, retried): the monitor keeps running
+        assert proc.poll() is None
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert "poll failed, retrying" in out
+    assert "stopped by the hub" in out
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out
