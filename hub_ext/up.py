@@ -3,8 +3,10 @@
 It prepares the state folder (kernelspecs, homes, the local store), takes a lock so that only one
 ``scalelab up`` uses that folder, starts JupyterHub in a child process with the configuration of
 :mod:`scalelab.hub_ext.hubconfig`, waits until the hub answers, and prints the URL and the
-password. Ctrl-C (SIGINT) or SIGTERM stops the hub, which stops every server it started; anything
-still alive after that is terminated, so no process is left behind.
+password. Ctrl-C (SIGINT), SIGTERM or SIGHUP (the terminal closed) stops the hub, which stops
+every server it started; anything still alive after that is terminated, so no process is left
+behind. If ``scalelab up`` itself is killed (SIGKILL), the kernel sends the hub SIGTERM
+(:mod:`scalelab.hub_ext.pdeathsig`), so the hub still stops its proxy and servers.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from scalelab.hub_ext.hubconfig import (
     embedded_config,
     kernelspec_dir,
 )
+from scalelab.hub_ext.pdeathsig import die_with_parent
+from scalelab.hub_ext.upstate import earlier_run, make_state_dir
 from scalelab.kernels.specs import install_kernelspecs
 from scalelab.store import StoreError, missing_datasets, open_store
 from scalelab.store.errors import store_failure
@@ -49,6 +53,8 @@ READY_TIMEOUT_S = 180
 STOP_TIMEOUT_S = 120
 #: Minimum password length (JupyterHub's SharedPasswordAuthenticator rule).
 MIN_PASSWORD_LENGTH = 8
+#: Signals that stop ``scalelab up`` cleanly: Ctrl-C, ``kill``, the terminal closed.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class UpError(Exception):
@@ -127,6 +133,34 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def prepare_state_dir(state_dir: Path, source: str = "--state-dir") -> None:
+    """Create the state folder with ``homes/`` and ``logs/``, or refuse it in one line.
+
+    Raises
+    ------
+    UpError
+        It is a file, cannot be created, or is not writable; nothing was created.
+        ``source`` names where the folder came from (``--state-dir``, ``$SCALELAB_STATE_DIR``).
+    """
+    reason = make_state_dir(state_dir, ("homes", "logs"))
+    if reason is not None:
+        raise UpError(f"cannot use {source} {state_dir}: {reason}; choose a folder you can write")
+
+
+def check_no_earlier_run(state_dir: Path) -> None:
+    """Raise :class:`UpError` if a hub (or a proxy) of an earlier ``scalelab up`` still runs
+    for ``state_dir``, naming its pid and how to stop it."""
+    found = earlier_run(state_dir)
+    if found is None:
+        return
+    what, pid = found
+    alone = " without its hub" if what == "proxy" else ""
+    raise UpError(
+        f"a {what} of an earlier `scalelab up` is still running for {state_dir} (pid {pid})"
+        f"{alone}; stop it with `kill {pid}`"
+    )
 
 
 def check_port_free(ip: str, port: int) -> None:
@@ -322,6 +356,15 @@ def _stop_tree(proc: subprocess.Popen, stop: threading.Event, known: list[psutil
             pass
 
 
+def _say(text: str, out: IO[str]) -> None:
+    """Print a line about stopping; after SIGHUP the terminal may be gone (EIO), which must not
+    turn a clean stop into a traceback."""
+    try:
+        print(text, file=out, flush=True)
+    except OSError:
+        pass
+
+
 def _log_tail(path: Path, offset: int, lines: int = 30) -> str:
     """The last ``lines`` lines written to ``path`` after byte ``offset`` (this run's), with the
     error that stopped the hub, if one was logged, repeated first."""
@@ -351,8 +394,12 @@ def run_up(
     store_url: str | None = None,
     operator_config: str | None = None,
     out: IO[str] = sys.stdout,
+    state_source: str = "--state-dir",
 ) -> int:
-    """Run the course hub until Ctrl-C or SIGTERM.
+    """Run the course hub until Ctrl-C, SIGTERM or SIGHUP.
+
+    Call it from the main thread: the hub is tied to the thread that starts it
+    (:func:`~scalelab.hub_ext.pdeathsig.die_with_parent`).
 
     Returns
     -------
@@ -362,19 +409,20 @@ def run_up(
     Raises
     ------
     UpError
-        Before anything started: the state folder is in use, the port is taken, the proxy is
-        missing, the password is too short, or the operator's config file does not exist, does
-        not compile, fails to run or has a misspelt or bad ScaleLab setting.
+        Before anything started: the state folder cannot be used (``state_source`` names where
+        it came from) or is in use, a hub of an earlier run still runs there, the port is taken,
+        the proxy is missing, the password is too short, or the operator's config file does not
+        exist, does not compile, fails to run or has a misspelt or bad ScaleLab setting.
     """
     state_dir = state_dir.expanduser().resolve()
     url = f"http://{ip}:{port}/"
     if operator_config and not Path(operator_config).is_file():
         raise UpError(f"the config file {operator_config} does not exist.")
-    for sub in ("homes", "logs"):
-        (state_dir / sub).mkdir(parents=True, exist_ok=True)
+    prepare_state_dir(state_dir, state_source)
     lock = StateLock(state_dir / "scalelab-up.lock")
     lock.acquire(url)
     try:
+        check_no_earlier_run(state_dir)
         check_port_free(ip, port)
         password, generated = resolve_password(password)
         settings = up_settings(state_dir, ip=ip, port=port, store_url=store_url)
@@ -405,9 +453,7 @@ def _serve(
     log_offset = log_path.stat().st_size if log_path.exists() else 0
     env = {**os.environ, envvars.PASSWORD: password}
     stop = threading.Event()
-    previous = {
-        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
-    }
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in STOP_SIGNALS}
     known: list[psutil.Process] = []
     print(f"Starting ScaleLab's hub (log: {log_path}) ...", file=out, flush=True)
     try:
@@ -419,11 +465,12 @@ def _serve(
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C reaches us; we stop the hub in order
+                preexec_fn=die_with_parent(signal.SIGTERM),  # ... and if we are killed, it stops
             )
         try:
             state = wait_ready(url, settings.port, proc, stop)
             if state == "stopped":
-                print("Stopping ScaleLab before it was ready ...", file=out, flush=True)
+                _say("Stopping ScaleLab before it was ready ...", out)
                 return 0
             if state == "taken":
                 print(
@@ -463,7 +510,7 @@ def _serve(
                     file=out,
                 )
                 return 1
-            print("Stopping ScaleLab: servers, proxy, hub ...", file=out, flush=True)
+            _say("Stopping ScaleLab: servers, proxy, hub ...", out)
             return 0
         finally:
             _stop_tree(proc, stop, known)

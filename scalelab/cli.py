@@ -177,7 +177,13 @@ def _up(args: argparse.Namespace) -> int:
         password=args.password,
         store_url=args.store,
         operator_config=args.config,
+        state_source="--state-dir" if args.state_dir else _state_dir_source(),
     )
+
+
+def _state_dir_source() -> str:
+    """Where ``scalelab up``'s default state folder comes from, for its error messages."""
+    return f"${envvars.STATE_DIR}" if os.environ.get(envvars.STATE_DIR) else "the state folder"
 
 
 def _data_fetch(args: argparse.Namespace) -> int:

@@ -47,9 +47,15 @@ READY_LINE = "  Press Ctrl-C to stop"
 class ScaleLabUp:
     """``python -m scalelab up`` with a state folder, port and password of the test's."""
 
-    def __init__(self, state_dir: Path, env: dict[str, str] | None = None, extra_config: str = ""):
+    def __init__(
+        self,
+        state_dir: Path,
+        env: dict[str, str] | None = None,
+        extra_config: str = "",
+        port: int | None = None,
+    ):
         self.state_dir = state_dir
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.password = secrets.token_urlsafe(12)
         self.token = secrets.token_hex(16)

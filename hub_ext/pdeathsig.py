@@ -1,0 +1,66 @@
+"""Children that end when the process that started them dies: Linux's ``PR_SET_PDEATHSIG``.
+
+``scalelab up`` starts the hub in a session of its own (so Ctrl-C reaches only ``scalelab up``,
+which then stops the hub in order). If ``scalelab up`` is killed outright (SIGKILL, the OOM
+killer), nothing would stop the hub: it would run on with parent 1, with its proxy and servers.
+With :func:`die_with_parent` as Popen's ``preexec_fn``, the kernel sends the child a signal
+(SIGTERM: JupyterHub then stops its proxy and servers as on a normal stop) when its parent dies.
+
+No maintained PyPI package does this one call (``python-prctl``: last release 2020, a C extension
+needing libcap headers; ``pyprctl``: 2021), so it is ``prctl(2)`` through ctypes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from collections.abc import Callable
+
+#: ``PR_SET_PDEATHSIG`` from ``<linux/prctl.h>``.
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child receive ``sig`` when this process dies.
+
+    Call it (and ``Popen``) from the thread that will live as long as the child should: the
+    kernel ties ``PR_SET_PDEATHSIG`` to the thread that forked, not to the whole process. It is
+    fine together with ``start_new_session=True``. If this process dies before the child set the
+    signal up, the child sees another parent and exits at once (status 1), so that no window
+    leaves an orphan.
+
+    Returns
+    -------
+    callable or None
+        The function for ``subprocess.Popen(preexec_fn=...)``; None off Linux, where there is no
+        such call (the child is then not tied to its parent).
+
+    Raises
+    ------
+    OSError
+        In the child, if ``prctl`` refuses (it does not for a valid signal); ``Popen`` reports it.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork, not after
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    parent = os.getpid()
+    number = int(sig)
+
+    def set_pdeathsig() -> None:
+        # Until exec, the child still runs Python with the parent's handlers: a Python handler
+        # would only set a flag that exec then forgets, so the signal must act by default here.
+        try:
+            signal.signal(number, signal.SIG_DFL)
+        except ValueError:  # not the main thread: keep the handler, the window stays tiny
+            pass
+        if prctl(PR_SET_PDEATHSIG, number, 0, 0, 0) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"prctl(PR_SET_PDEATHSIG): {os.strerror(err)}")
+        if os.getppid() != parent:  # the parent died before prctl: nobody will signal us
+            os._exit(1)
+
+    return set_pdeathsig
