@@ -20,9 +20,9 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from scalelab.hub_ext.lab_toast import stop_time_utc
 from tests.conftest import REPO
-from tests.hubproc import TWO_FAKE_GPUS, ScaleLabUp, running
+from tests.hubproc import ScaleLabUp
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
-from tests.test_culling_hub import _holder_gpu, _running, _wait
+from tests.test_culling_hub import _holder_gpu, _running, _wait, culling_hub
 
 GPU_IDLE_TIMEOUT_S = 90
 GPU_IDLE_WARNING_S = 75  # warned about 15 s into the idle spell, stopped 75 s later
@@ -32,19 +32,12 @@ SCREENSHOT = REPO / "docs" / "screenshot-idle-gpu-toast.png"
 
 @pytest.fixture
 def hub(tmp_path: Path):
-    utilization = tmp_path / "fake-utilization.json"
-    utilization.write_text("{}")
-    up = ScaleLabUp(
-        tmp_path / "state",
-        extra_config=TWO_FAKE_GPUS
-        + "c.ScaleLabCulling.idle_timeout = 3600\n"
-        + "c.ScaleLabCulling.poll_interval = 2\n"
-        + f"c.ScaleLabCulling.gpu_idle_timeout = {GPU_IDLE_TIMEOUT_S}\n"
-        + f"c.ScaleLabCulling.gpu_idle_warning = {GPU_IDLE_WARNING_S}\n"
-        + f"c.ScaleLabCulling.fake_utilization_file = {str(utilization)!r}\n",
-    )
-    up.utilization = utilization
-    with running(up):
+    with culling_hub(
+        tmp_path,
+        idle_timeout=3600,
+        gpu_idle_timeout=GPU_IDLE_TIMEOUT_S,
+        gpu_idle_warning=GPU_IDLE_WARNING_S,
+    ) as up:
         yield up
 
 

@@ -5,9 +5,11 @@ through the monitor's FAKE utilisation file (honoured for a declared inventory o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,22 +22,35 @@ IDLE_TIMEOUT_S = 90
 GPU_IDLE_TIMEOUT_S = 30
 
 
-@pytest.fixture
-def hub(tmp_path: Path):
+@contextlib.contextmanager
+def culling_hub(tmp_path: Path, **culling: int) -> Iterator[ScaleLabUp]:
+    """A running ``scalelab up`` with two declared GPUs whose utilisation the test sets.
+
+    ``culling`` are ``c.ScaleLabCulling`` settings (seconds); ``hub.utilization`` is the
+    fake-utilisation file the GPU monitor reads (``{uuid: percent}``), starting empty.
+    """
     utilization = tmp_path / "fake-utilization.json"
     utilization.write_text("{}")
+    settings = {"poll_interval": 2, **culling, "fake_utilization_file": str(utilization)}
     up = ScaleLabUp(
         tmp_path / "state",
         extra_config=TWO_FAKE_GPUS
-        + f"c.ScaleLabCulling.idle_timeout = {IDLE_TIMEOUT_S}\n"
-        + "c.ScaleLabCulling.cull_every = 5\n"
-        + "c.ScaleLabCulling.poll_interval = 2\n"
-        + f"c.ScaleLabCulling.gpu_idle_timeout = {GPU_IDLE_TIMEOUT_S}\n"
-        + f"c.ScaleLabCulling.gpu_idle_warning = {GPU_IDLE_TIMEOUT_S - 10}\n"
-        + f"c.ScaleLabCulling.fake_utilization_file = {str(utilization)!r}\n",
+        + "".join(f"c.ScaleLabCulling.{key} = {value!r}\n" for key, value in settings.items()),
     )
     up.utilization = utilization
     with running(up):
+        yield up
+
+
+@pytest.fixture
+def hub(tmp_path: Path):
+    with culling_hub(
+        tmp_path,
+        idle_timeout=IDLE_TIMEOUT_S,
+        cull_every=5,
+        gpu_idle_timeout=GPU_IDLE_TIMEOUT_S,
+        gpu_idle_warning=GPU_IDLE_TIMEOUT_S - 10,
+    ) as up:
         yield up
 
 
