@@ -40,9 +40,9 @@ import torch
 import torch.utils.data
 
 from scalelab.store import open_store
-from scalelab.store.parquet_stream import auto_read_rows
-from scalelab.store.shared_batches import as_tensor, shared_empty
 from scalelab.store.streaming import TorchParquetDataset
+from scalelab.store.streaming.parquet_stream import auto_read_rows
+from scalelab.store.streaming.shared_batches import as_tensor, shared_empty
 
 # The benchmark's own writer and schema, so that both measure the same bytes.
 _spec = importlib.util.spec_from_file_location(

@@ -56,7 +56,7 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scalelab.hub_ext.up import find_proxy, free_port
+from scalelab.commands.up import find_proxy, free_port
 from tests.hubproc import PlainHub  # the same harness as the integration tests
 
 TINY = """

@@ -32,8 +32,11 @@ from tests.kernelrun import Kernel
 
 EAGER = "bench-eager-pyspark"
 EAGER_STARTUP = (
-    "import scalelab.kernels.startup as _s; spark = _s.start_spark(); sc = spark.sparkContext; "
-    "del _s"
+    "import os; from pyspark.sql import SparkSession; "
+    "from scalelab.kernels.spark_defaults import DEFAULT_SPARK_MASTER, spark_conf; "
+    "spark = SparkSession.builder.config(map=spark_conf("
+    "os.environ.get('SCALELAB_SPARK_MASTER') or DEFAULT_SPARK_MASTER, '1g', 'bench-eager')"
+    ").getOrCreate(); sc = spark.sparkContext"
 )
 
 

@@ -30,8 +30,8 @@ from pathlib import Path
 import nbformat
 import torch
 
-from scalelab.hub_ext.release import MARKERS
-from scalelab.store.shards import read_idx
+from scalelab.hub_ext.labs.release import MARKERS
+from scalelab.store.datasets.shards import read_idx
 
 REPO = Path(__file__).resolve().parents[1]
 LAB = REPO / "notebooks" / "lab2_fashion_mnist_convnet.ipynb"

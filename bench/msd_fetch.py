@@ -30,13 +30,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from scalelab.store.catalog import MSD_FULL
+from scalelab.store.datasets.catalog import MSD_FULL
 
 _CHILD = r"""
 import sys
 from dataclasses import replace
 from scalelab.store import fetch_dataset, open_store
-from scalelab.store.catalog import MSD_FULL
+from scalelab.store.datasets.catalog import MSD_FULL
 
 rows, train, store, mirror = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 table = replace(MSD_FULL.table, rows=rows, splits=(("train", train), ("test", rows - train)))

@@ -1,49 +1,28 @@
-"""ScaleLab's jupyter_server extension, loaded by every user's single-user server.
+"""Deprecated path of ScaleLab's jupyter_server extension; it moved to
+:mod:`scalelab.hub_ext.server.extension`.
 
-Enabled by the file ``etc/jupyter/jupyter_server_config.d/scalelab.json`` that the package
-installs. At server start it copies the course labs into the server's root folder (the
-student's home).
+Kept for one release, so that a ``jupyter_server_config.d`` file that still enables
+``scalelab.hub_ext.serverext`` loads the extension (with a ``FutureWarning``). Enable
+``scalelab.hub_ext.server.extension`` instead (ScaleLab's installed ``scalelab.json`` does).
 """
 
-from __future__ import annotations
+import warnings
 
-from typing import Any
+from scalelab.hub_ext.server.extension import (
+    _link_jupyter_server_extension,
+    _load_jupyter_server_extension,
+)
 
-from scalelab.hub_ext import store_drive
-from scalelab.hub_ext.labs import sync_labs
-from scalelab.hub_ext.labs_handlers import add_lab_handlers
+warnings.warn(
+    "scalelab.hub_ext.serverext is deprecated and will be removed in the next release: enable "
+    "scalelab.hub_ext.server.extension in jupyter_server_config.d instead",
+    FutureWarning,
+    stacklevel=2,
+)
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
-    return [{"module": "scalelab.hub_ext.serverext"}]
+    return [{"module": "scalelab.hub_ext.server.extension"}]
 
 
-def _link_jupyter_server_extension(serverapp: Any) -> None:
-    store_drive.link(serverapp)  # before the contents manager is built: the store drive
-
-
-def _load_jupyter_server_extension(serverapp: Any) -> None:
-    store_drive.load(serverapp)
-    add_lab_handlers(serverapp)  # "Get new labs" page and API
-    from scalelab.hub_ext import logstream
-    from scalelab.kernels import livy
-
-    logstream.setup(serverapp)
-    livy.setup(serverapp)
-    from scalelab.hub_ext import notices
-
-    notices.setup(serverapp)  # POST /scalelab/api/notice: warnings from the hub to the student
-    try:
-        report = sync_labs(serverapp.root_dir)
-    except OSError as exc:
-        serverapp.log.error(
-            "ScaleLab could not copy the course labs into %s: %s", serverapp.root_dir, exc
-        )
-        return
-    for problem in report.problems:
-        serverapp.log.error("ScaleLab did not deliver a course lab: %s", problem)
-    copied = report.copied + report.updated + report.beside
-    if copied:
-        serverapp.log.info(
-            "ScaleLab copied the course labs into %s: %s", serverapp.root_dir, ", ".join(copied)
-        )
+__all__ = ["_link_jupyter_server_extension", "_load_jupyter_server_extension"]

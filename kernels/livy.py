@@ -36,6 +36,7 @@ from traitlets import Dict, Enum, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from scalelab import envvars
+from scalelab.common.atomicfile import write_atomic
 
 #: Fields of Livy's ``POST /sessions`` body (Livy REST API) that a session setting may use.
 LIVY_SESSION_FIELDS = frozenset(
@@ -257,9 +258,7 @@ def write_sparkmagic_config(settings: LivySettings, conf_dir: str | Path) -> Pat
     folder = Path(conf_dir)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / "config.json"
-    partial = folder / ".config.json.partial"
-    partial.write_text(json.dumps(sparkmagic_config(settings), indent=1, sort_keys=True) + "\n")
-    partial.replace(target)
+    write_atomic(target, json.dumps(sparkmagic_config(settings), indent=1, sort_keys=True) + "\n")
     return target
 
 

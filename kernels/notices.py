@@ -1,7 +1,7 @@
 """A kernel prints a new notice from the hub (e.g. an idle-GPU warning) before the next cell.
 
 The notice file is ``$SCALELAB_NOTICE_FILE``, written by the server extension
-(:mod:`scalelab.hub_ext.notices`). Each notice is printed once per kernel, to stderr, so
+(:mod:`scalelab.hub_ext.server.notices`). Each notice is printed once per kernel, to stderr, so
 JupyterLab shows it in the cell's output in red.
 """
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scalelab import envvars
+from scalelab.kernels.spark_defaults import DEFAULT_SPARK_MASTER
 
 
 @dataclass(frozen=True)
@@ -292,7 +293,7 @@ def explain(
 
 def _session_conf(namespace: Mapping[str, Any]) -> dict[str, str]:
     conf: dict[str, str] = {
-        "spark.master": os.environ.get(envvars.SPARK_MASTER) or "local[*]",
+        "spark.master": os.environ.get(envvars.SPARK_MASTER) or DEFAULT_SPARK_MASTER,
         "spark.driver.memory": os.environ.get(envvars.SPARK_DRIVER_MEMORY) or "1g",
     }
     try:

@@ -14,7 +14,7 @@ see :mod:`scalelab.envvars`) with, in addition:
   ``/user/<name>/proxy/<port>``, so the UI opens through the hub's proxy and
   jupyter-server-proxy;
 - the driver's log4j log written to ``<log dir>/spark-driver-<pid>.log``
-  (:func:`scalelab.hub_ext.logstream.log_dir`), which the server extension streams live.
+  (:func:`scalelab.common.logfiles.log_dir`), which the server extension streams live.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from scalelab import envvars
-from scalelab.kernels.startup import DEFAULT_DRIVER_MEMORY, DEFAULT_SPARK_MASTER, spark_conf
+from scalelab.kernels.spark_defaults import DEFAULT_DRIVER_MEMORY, DEFAULT_SPARK_MASTER, spark_conf
 
 #: log4j2 configuration of the driver: WARN and above to the console (the kernel's stderr, hence
 #: the server's log) and INFO and above to the driver's log file.
@@ -72,7 +72,7 @@ def driver_conf(
     service_prefix: str = "",
     log4j_file: str | None = None,
 ) -> dict[str, str]:
-    """Spark settings the kernel adds to :func:`scalelab.kernels.startup.spark_conf` (pure).
+    """Spark settings the kernel adds to :func:`scalelab.kernels.spark_defaults.spark_conf` (pure).
 
     Parameters
     ----------

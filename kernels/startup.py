@@ -1,7 +1,7 @@
 """What a ScaleLab kernel does when it starts: names ready in the notebook, and a one-line banner.
 
 Every kernel gets ``store`` (an fsspec file system of the course store: the student's home and
-the data sets under JupyterHub, see :func:`scalelab.store.session.kernel_store`) and
+the data sets under JupyterHub, see :func:`scalelab.store.access.session.kernel_store`) and
 ``STORE_URL``; the PySpark kernel also gets ``spark`` (a ``SparkSession``) and ``sc``. A broken
 setting never kills the kernel: the kernel starts, the banner says what failed and which setting
 to fix, and a broken store's ``store`` raises that message at first use (Spark: name left out).
@@ -16,65 +16,7 @@ from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from scalelab import envvars
-from scalelab.store.session import kernel_store
-
-#: Spark master when the hub set none: all cores of this machine.
-DEFAULT_SPARK_MASTER = "local[*]"
-#: Spark driver memory when the hub set none.
-DEFAULT_DRIVER_MEMORY = "1g"
-
-
-def spark_conf(master: str, driver_memory: str, app_name: str) -> dict[str, str]:
-    """Spark settings of the PySpark kernel's session (pure).
-
-    Returns
-    -------
-    dict
-        ``spark.*`` keys -> values, for ``SparkSession.builder.config``. The driver binds to
-        loopback in local mode, so the session works on a machine with no resolvable host name.
-    """
-    conf = {
-        "spark.master": master,
-        "spark.app.name": app_name,
-        "spark.driver.memory": driver_memory,
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-    }
-    if master.startswith("local"):
-        conf["spark.driver.host"] = "127.0.0.1"
-        conf["spark.driver.bindAddress"] = "127.0.0.1"
-    return conf
-
-
-def start_spark(environ: MutableMapping[str, str] | None = None) -> Any:
-    """Create the kernel's SparkSession from the hub's settings (``SCALELAB_SPARK_*``).
-
-    Returns
-    -------
-    pyspark.sql.SparkSession
-
-    Raises
-    ------
-    Exception
-        Whatever PySpark raises when the JVM cannot start (Java missing, bad setting).
-    """
-    env = os.environ if environ is None else environ
-    # Executors run Python workers: make them use this kernel's interpreter, not python3 on PATH.
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
-    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    conf = spark_conf(
-        env.get(envvars.SPARK_MASTER) or DEFAULT_SPARK_MASTER,
-        env.get(envvars.SPARK_DRIVER_MEMORY) or DEFAULT_DRIVER_MEMORY,
-        f"scalelab-{env.get('JUPYTERHUB_USER') or env.get('USER') or 'notebook'}",
-    )
-    builder = SparkSession.builder
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("WARN")
-    return session
+from scalelab.store.access.session import kernel_store
 
 
 def gpu_banner(environ: MutableMapping[str, str] | None = None) -> str:
@@ -143,7 +85,7 @@ def _begin_spark(namespace: MutableMapping[str, Any]) -> str:
     """Start ``spark`` in the background and explain Spark failures below failing cells."""
     from IPython import get_ipython
 
-    from scalelab.hub_ext.logstream import log_dir
+    from scalelab.common.logfiles import log_dir
     from scalelab.kernels import spark_errors, spark_session
 
     shell = get_ipython()

@@ -109,8 +109,8 @@ def _add_labs_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _labs(args: argparse.Namespace) -> int:
-    from scalelab.hub_ext.labs import sync_labs
-    from scalelab.hub_ext.release import ReleaseError, release
+    from scalelab.hub_ext.labs.release import ReleaseError, release
+    from scalelab.hub_ext.labs.sync import sync_labs
 
     if args.labs_command == "release":
         try:
@@ -143,8 +143,8 @@ def _labs(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from scalelab.hub_ext.doctor import doctor_checks, exit_status, format_checks
-    from scalelab.hub_ext.up import default_state_dir
+    from scalelab.commands.doctor import doctor_checks, exit_status, format_checks
+    from scalelab.commands.up import default_state_dir
 
     try:
         checks = doctor_checks(
@@ -161,14 +161,14 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _config_reference(_args: argparse.Namespace) -> int:
-    from scalelab.hub_ext.config_reference import reference_text
+    from scalelab.commands.config_reference import reference_text
 
     print(reference_text(), end="")
     return 0
 
 
 def _up(args: argparse.Namespace) -> int:
-    from scalelab.hub_ext.up import default_state_dir, run_up
+    from scalelab.commands.up import default_state_dir, run_up
 
     return run_up(
         args.state_dir or default_state_dir(),
@@ -187,10 +187,10 @@ def _state_dir_source() -> str:
 
 
 def _data_fetch(args: argparse.Namespace) -> int:
-    from scalelab.hub_ext.up import default_state_dir, default_store_url
+    from scalelab.commands.up import default_state_dir, default_store_url
     from scalelab.store import ALL_DATASETS, fetch_dataset, open_store
+    from scalelab.store.access.fs import store_options_from_env
     from scalelab.store.errors import store_failure
-    from scalelab.store.fs import store_options_from_env
 
     unknown = [n for n in args.names if n not in ALL_DATASETS]
     if unknown:
@@ -229,7 +229,7 @@ class UsageError(Exception):
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``scalelab`` console script; returns the exit status."""
-    from scalelab.hub_ext.up import UpError
+    from scalelab.commands.up import UpError
     from scalelab.store import StoreError
 
     args = _parser().parse_args(argv)

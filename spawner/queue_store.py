@@ -18,13 +18,12 @@ File format (version 1)::
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scalelab.common.atomicfile import write_atomic
 from scalelab.spawner.queue import QueueEntry
 
 #: Version of the file format.
@@ -132,17 +131,7 @@ def write(path: str | Path, spawns: Sequence[QueuedSpawn]) -> None:
     OSError
         The folder is missing or not writable; ``path`` is left as it was.
     """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(dumps(spawns))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, dumps(spawns))
 
 
 def read(path: str | Path) -> list[QueuedSpawn]:

@@ -4,7 +4,7 @@ With ``c.ScaleLabSpawner.server_log_dir`` set (``scalelab up`` sets ``<state>/lo
 a server's stdout and stderr go to ``<server_log_dir>/<user>/server.log`` (a named server:
 ``server-<name>.log``), appended at every start after a header line. Its kernels inherit them,
 so a kernel's output and its Spark driver's log (Spark logs to stderr) are there too. The hub's
-admin pages read these files (:mod:`scalelab.hub_ext.server_logs`).
+admin pages read these files (:mod:`scalelab.hub_ext.hub.server_logs`).
 """
 
 from __future__ import annotations

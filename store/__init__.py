@@ -15,8 +15,23 @@ The store is configured once, by ops, as ``ScaleLabSpawner.store_url`` and
 ``SCALELAB_STORE_URL`` and ``SCALELAB_STORE_OPTIONS`` (JSON), where this module reads them.
 """
 
-from scalelab.store.catalog import ALL_DATASETS, DATASETS, CsvTableSpec, DatasetSpec, FileSpec
-from scalelab.store.check import check_store
+from scalelab.store.access.check import check_store
+from scalelab.store.access.fs import (
+    ENV_STORE_OPTIONS,
+    ENV_STORE_URL,
+    open_store,
+    store_settings,
+    store_url,
+)
+from scalelab.store.access.student import StudentStore, student_store
+from scalelab.store.datasets.catalog import (
+    ALL_DATASETS,
+    DATASETS,
+    CsvTableSpec,
+    DatasetSpec,
+    FileSpec,
+)
+from scalelab.store.datasets.fetch import fetch_dataset, missing_datasets
 from scalelab.store.errors import (
     ChecksumError,
     ContentCheckError,
@@ -26,15 +41,6 @@ from scalelab.store.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from scalelab.store.fetch import fetch_dataset, missing_datasets
-from scalelab.store.fs import (
-    ENV_STORE_OPTIONS,
-    ENV_STORE_URL,
-    open_store,
-    store_settings,
-    store_url,
-)
-from scalelab.store.student import StudentStore, student_store
 
 __all__ = [
     "ALL_DATASETS",

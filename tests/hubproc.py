@@ -28,8 +28,8 @@ from tornado.httpclient import HTTPRequest
 from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
-from scalelab.hub_ext.hubconfig import UpSettings, config_file_text
-from scalelab.hub_ext.up import find_proxy, free_port
+from scalelab.commands.up import find_proxy, free_port
+from scalelab.commands.up_config import UpSettings, config_file_text
 from scalelab.kernels.specs import install_kernelspecs
 
 #: A declared inventory of two GPUs: this machine has none, so tests name theirs as fakes.

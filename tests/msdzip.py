@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from scalelab.store import DatasetSpec
-from scalelab.store.catalog import MSD_FULL
+from scalelab.store.datasets.catalog import MSD_FULL
 
 MEMBER = MSD_FULL.table.member  # YearPredictionMSD.txt
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from scalelab.hub_ext.lab_toast import stop_time_utc
+from scalelab.hub_ext.services.lab_toast import stop_time_utc
 from tests.conftest import REPO
 from tests.hubproc import ScaleLabUp
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS

@@ -19,13 +19,13 @@ import requests
 from jupyterhub.authenticators.shared import SharedPasswordAuthenticator
 from jupyterhub.spawner import SpawnException
 
-from scalelab.hub_ext.config_check import ConfigProblem, check_hub_config
-from scalelab.hub_ext.doctor import FAIL, OK, check_configuration
-from scalelab.hub_ext.hubconfig import UpSettings, embedded_config
-from scalelab.hub_ext.up import free_port
+from scalelab.commands.doctor import FAIL, OK, check_configuration
+from scalelab.commands.up import free_port
+from scalelab.commands.up_config import UpSettings, embedded_config
+from scalelab.hub_ext.hub.config_check import ConfigProblem, check_hub_config
 from scalelab.spawner.homes import make_home
 from scalelab.store import StoreConfigError
-from scalelab.store.fs import store_options_from_env
+from scalelab.store.access.fs import store_options_from_env
 from tests.hubproc import ScaleLabUp, running
 
 MISSPELT = "c.GPUPolicy.max_gpu_per_server = 2\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from scalelab.cli import main
-from scalelab.hub_ext.config_reference import reference_text
+from scalelab.commands.config_reference import reference_text
 
 REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "config-reference.md"
 

@@ -12,7 +12,9 @@ import time
 import pytest
 from traitlets.config import Config
 
-from scalelab.hub_ext.culling import (
+from scalelab.commands.up import free_port
+from scalelab.hub_ext.server.notices import clear_notice, read_notice, write_notice
+from scalelab.hub_ext.services.culling import (
     NONE,
     STOP,
     WARN,
@@ -22,8 +24,6 @@ from scalelab.hub_ext.culling import (
     configure_culling,
     decide,
 )
-from scalelab.hub_ext.notices import clear_notice, read_notice, write_notice
-from scalelab.hub_ext.up import free_port
 from scalelab.kernels.notices import new_notice
 
 RULES = IdleRules(busy_threshold_pct=5, gpu_idle_timeout_s=1800, gpu_idle_warning_s=600)
@@ -95,7 +95,8 @@ def test_configure_culling_adds_both_services_with_their_roles():
     names = [s["name"] for s in c.JupyterHub.services]
     assert names == ["mine", "scalelab-gpu-monitor", "scalelab-idle-culler"]
     culler = c.JupyterHub.services[2]["command"]
-    assert culler[1:4] == ["-m", "scalelab.hub_ext.service_guard", "--"]  # ends with the hub
+    # ends with the hub
+    assert culler[1:4] == ["-m", "scalelab.hub_ext.services.service_guard", "--"]
     assert culler[5:] == ["-m", "jupyterhub_idle_culler", "--timeout=7200", "--cull-every=300"]
     roles = {r["name"]: r for r in c.JupyterHub.load_roles}
     assert "delete:servers" in roles["scalelab-idle-culler"]["scopes"]
@@ -165,7 +166,8 @@ def test_a_guarded_service_ends_when_the_hub_is_killed(tmp_path):
             sys.executable,
             "-c",
             "import subprocess, sys, time\n"
-            "child = subprocess.Popen([sys.executable, '-m', 'scalelab.hub_ext.service_guard', "
+            "child = subprocess.Popen([sys.executable, '-m', "
+            "'scalelab.hub_ext.services.service_guard', "
             "'--', sys.executable, '-c', 'import time; time.sleep(600)'])\n"
             f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
             "time.sleep(600)\n",
@@ -203,7 +205,7 @@ def test_gpu_monitor_stops_quietly_when_the_hub_stops_it(sig: signal.Signals):
         "JUPYTERHUB_API_TOKEN": "not-a-real-token",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "scalelab.hub_ext.gpu_monitor", json.dumps(settings)],
+        [sys.executable, "-m", "scalelab.hub_ext.services.gpu_monitor", json.dumps(settings)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scalelab.hub_ext.doctor import (
+from scalelab.commands.doctor import (
     FAIL,
     OK,
     WARN,
@@ -24,7 +24,7 @@ from scalelab.hub_ext.doctor import (
     format_checks,
     load_settings,
 )
-from scalelab.hub_ext.up import free_port
+from scalelab.commands.up import free_port
 
 
 def doctor(tmp_path: Path, *args: str, env: dict[str, str] | None = None):

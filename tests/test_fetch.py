@@ -18,7 +18,7 @@ from scalelab.store import (
     missing_datasets,
     open_store,
 )
-from scalelab.store.catalog import FASHION_MNIST, MILLIONSONG
+from scalelab.store.datasets.catalog import FASHION_MNIST, MILLIONSONG
 
 
 def _tree(root: Path) -> dict[str, int]:

@@ -27,7 +27,7 @@ from scalelab.store import (
     missing_datasets,
     open_store,
 )
-from scalelab.store.catalog import MSD_FULL
+from scalelab.store.datasets.catalog import MSD_FULL
 from tests.httpstore import http_folder
 from tests.msdzip import csv_lines, small_entry, synthetic_rows, write_zip
 

@@ -22,8 +22,8 @@ import pytest
 from fsspec.implementations.dirfs import DirFileSystem
 
 from scalelab.store import ChecksumError, fetch_dataset, missing_datasets, open_store
-from scalelab.store.catalog import FASHION_MNIST, MILLIONSONG
-from scalelab.store.fetch import MANIFEST, is_present, renames_atomically
+from scalelab.store.datasets.catalog import FASHION_MNIST, MILLIONSONG
+from scalelab.store.datasets.fetch import MANIFEST, is_present, renames_atomically
 from tests.httpstore import http_folder
 from tests.seaweed import ADMIN, SeaweedS3
 

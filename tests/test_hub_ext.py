@@ -13,9 +13,7 @@ from pathlib import Path
 import pytest
 
 from scalelab.cli import main
-from scalelab.hub_ext.hubconfig import UpSettings, config_file_text, embedded_config
-from scalelab.hub_ext.labs import bundled_labs, distribute_labs
-from scalelab.hub_ext.up import (
+from scalelab.commands.up import (
     StateLock,
     UpError,
     _log_tail,
@@ -28,6 +26,8 @@ from scalelab.hub_ext.up import (
     up_settings,
     wait_ready,
 )
+from scalelab.commands.up_config import UpSettings, config_file_text, embedded_config
+from scalelab.hub_ext.labs.sync import bundled_labs, distribute_labs
 
 
 def _settings(tmp_path: Path) -> UpSettings:
@@ -260,9 +260,9 @@ def _no_credentials(*_args: object, **_kwargs: object) -> None:
 def test_data_hint_turns_any_store_exception_into_one_line(
     where: str, monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.setattr(f"scalelab.hub_ext.up.{where}", _no_credentials)
+    monkeypatch.setattr(f"scalelab.commands.up.{where}", _no_credentials)
     if where == "missing_datasets":
-        monkeypatch.setattr("scalelab.hub_ext.up.open_store", lambda url: object())
+        monkeypatch.setattr("scalelab.commands.up.open_store", lambda url: object())
     hint = data_hint("s3://nobucket/course")
     assert hint is not None and "\n" not in hint
     assert hint.startswith("The course store s3://nobucket/course cannot be read: ")
@@ -296,7 +296,7 @@ def test_up_writes_a_relative_store_path_as_an_absolute_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, expected: str
 ):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("scalelab.hub_ext.up.find_proxy", lambda: ["/usr/bin/chp"])
+    monkeypatch.setattr("scalelab.commands.up.find_proxy", lambda: ["/usr/bin/chp"])
     settings = up_settings(tmp_path / "state", ip="127.0.0.1", port=8000, store_url=given)
     want = expected.format(cwd=tmp_path)
     assert settings.store_url == want

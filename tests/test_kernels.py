@@ -9,8 +9,9 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
 from scalelab.kernels import KERNEL_NAMES, install_kernelspecs, kernelspec
+from scalelab.kernels.spark_defaults import spark_conf
 from scalelab.kernels.specmanager import CourseKernelSpecManager
-from scalelab.kernels.startup import gpu_banner, session_warning, spark_conf
+from scalelab.kernels.startup import gpu_banner, session_warning
 
 
 def test_three_kernels_in_launcher_order():

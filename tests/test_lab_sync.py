@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from scalelab.hub_ext.labs import MANIFEST, bundled_labs, sync_labs
+from scalelab.hub_ext.labs.sync import MANIFEST, bundled_labs, sync_labs
 
 
 def _lab(title: str, padding: int = 0) -> bytes:
@@ -296,7 +296,7 @@ def test_the_sync_command_refuses_a_corrupt_or_instructor_notebook(
 def test_labs_from_scalelab_labs_dir_are_checked_the_same_way(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    from scalelab.hub_ext.labs_handlers import lab_status
+    from scalelab.hub_ext.server.labs_handlers import lab_status
 
     shared = tmp_path / "shared"
     shared.mkdir()

@@ -10,7 +10,7 @@ import nbformat
 import pytest
 import requests
 
-from scalelab.hub_ext.labs import bundled_labs
+from scalelab.hub_ext.labs.sync import bundled_labs
 from tests.hubproc import ScaleLabUp, running
 
 LAB1, LAB2 = "lab1_millionsong_regression.ipynb", "lab2_fashion_mnist_convnet.ipynb"

@@ -11,7 +11,7 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
-from scalelab.hub_ext import lab_toast
+from scalelab.hub_ext.services import lab_toast
 from tests.conftest import REPO
 
 EXTENSION = "jupyterlab-notifications-extension"

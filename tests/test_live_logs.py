@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from scalelab.hub_ext.logstream import (
+from scalelab.hub_ext.server.logstream import (
     add_server_log_file,
     list_logs,
     log_dir,

@@ -20,8 +20,8 @@ import requests
 from tornado.simple_httpclient import HTTPTimeoutError
 
 from scalelab.cli import _parser
-from scalelab.hub_ext.server_logs import read_lines
-from scalelab.hub_ext.up import resolve_password
+from scalelab.commands.up import resolve_password
+from scalelab.hub_ext.hub.server_logs import read_lines
 from scalelab.spawner.server_logs import server_log_path
 from tests.hubproc import ScaleLabUp, execute, get_as, running
 
@@ -205,7 +205,7 @@ def test_log_lines_and_paths(tmp_path: Path):
 def test_logs_of_a_user_the_hub_does_not_know_are_a_404_naming_the_user(tmp_path: Path, name: str):
     from tornado import web
 
-    from scalelab.hub_ext.server_logs import require_user
+    from scalelab.hub_ext.hub.server_logs import require_user
 
     known = {"alice": object()}
     require_user(known.get, str(tmp_path), "alice")

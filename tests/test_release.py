@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from scalelab.cli import main
-from scalelab.hub_ext.release import MARKERS, ReleaseError, release, release_bytes
+from scalelab.hub_ext.labs.release import MARKERS, ReleaseError, release, release_bytes
 from tests.conftest import REPO
 
 NOTEBOOKS = REPO / "notebooks"
@@ -178,7 +178,7 @@ def test_an_unwritable_dest_is_one_line_and_nothing_is_written(
 def test_a_write_failing_midway_leaves_nothing_in_dest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    import scalelab.hub_ext.release as release_module
+    import scalelab.hub_ext.labs.release as release_module
 
     src, dest = tmp_path / "src", tmp_path / "dest"
     src.mkdir()

@@ -30,9 +30,9 @@ from scalelab.store import (
     open_store,
     student_store,
 )
-from scalelab.store.guard import StoreView, split_path, validate_user
-from scalelab.store.session import UnavailableStore, kernel_store
-from scalelab.store.student import is_unreachable, setting_hint
+from scalelab.store.access.guard import StoreView, split_path, validate_user
+from scalelab.store.access.session import UnavailableStore, kernel_store
+from scalelab.store.access.student import is_unreachable, setting_hint
 
 
 @pytest.fixture
@@ -236,7 +236,7 @@ def test_each_student_store_is_a_new_instance(store_root: Path):
 def test_the_drive_protocol_reads_user_and_store_from_the_environment(
     store_root: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    from scalelab.store.student import register_protocol
+    from scalelab.store.access.student import register_protocol
 
     register_protocol()
     monkeypatch.setenv("SCALELAB_STORE_URL", store_root.as_uri())

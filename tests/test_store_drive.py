@@ -18,7 +18,7 @@ import requests
 from playwright.sync_api import expect, sync_playwright
 from traitlets.config import Config
 
-from scalelab.hub_ext.store_drive import DRIVE_URL, StoreDrive, drive_config, drive_id, link
+from scalelab.hub_ext.server.store_drive import DRIVE_URL, StoreDrive, drive_config, drive_id, link
 from tests.conftest import REPO
 from tests.hubproc import ScaleLabUp, running
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
@@ -286,7 +286,7 @@ STORE_ENV = {"SCALELAB_STORE_URL": "file:///srv/course"}
 def test_link_puts_the_drive_under_jupyter_fs():
     from jupyterfs.metamanager import MetaManager
 
-    from scalelab.hub_ext.store_contents import StoreMetaManager
+    from scalelab.hub_ext.server.store_contents import StoreMetaManager
 
     app = _server()
     link(app, STORE_ENV)
@@ -336,7 +336,7 @@ def test_link_leaves_the_server_as_it_was(case: str):
 def test_a_refusal_is_found_behind_jupyter_fs_wrapping():
     from tornado.web import HTTPError
 
-    from scalelab.hub_ext.store_contents import forbidden, store_refusal
+    from scalelab.hub_ext.server.store_contents import forbidden, store_refusal
     from scalelab.store.errors import StoreAccessError
 
     refusal = StoreAccessError("writing 'datasets/x' is not allowed: datasets/ is read-only")

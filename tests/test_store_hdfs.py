@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from scalelab.store import StoreConfigError, StoreUnavailableError, check_store, student_store
-from scalelab.store.hdfs import (
+from scalelab.store.access.hdfs import (
     HdfsTarget,
     check_kerberos,
     choose_client,

@@ -27,11 +27,16 @@ from fsspec.implementations.dirfs import DirFileSystem
 from torch.utils.data import DataLoader
 
 from scalelab.store import StoreError, open_store
-from scalelab.store.cache import cache_name, local_copy
-from scalelab.store.parquet_stream import iter_batches
-from scalelab.store.shard_plan import Consumer, assign_shards, distributed_from_env, shard_order
+from scalelab.store.access.cache import cache_name, local_copy
 from scalelab.store.streaming import TorchParquetDataset, tf_dataset, write_tfrecord_shards
-from scalelab.store.tfrecord import read_records
+from scalelab.store.streaming.parquet_stream import iter_batches
+from scalelab.store.streaming.shard_plan import (
+    Consumer,
+    assign_shards,
+    distributed_from_env,
+    shard_order,
+)
+from scalelab.store.streaming.tfrecord import read_records
 from tests.httpstore import http_folder
 
 TRAIN = "datasets/fashion-mnist/parquet/train"

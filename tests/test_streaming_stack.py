@@ -2,7 +2,7 @@
 
 Real parts: the course store fetched from ../shared/data, the subset's real rows re-written as
 shards with a row index, torch DataLoaders with forked workers. Nothing is mocked. The pure
-block assembly (scalelab.store.blocks) is checked against NumPy directly.
+block assembly (scalelab.store.streaming.blocks) is checked against NumPy directly.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from fsspec.implementations.dirfs import DirFileSystem
 from torch.utils.data import DataLoader
 
 from scalelab.store import StoreError, open_store
-from scalelab.store.blocks import BlockLayout, build_block
-from scalelab.store.shared_batches import as_tensor, shared_empty
 from scalelab.store.streaming import TorchParquetDataset
+from scalelab.store.streaming.blocks import BlockLayout, build_block
+from scalelab.store.streaming.shared_batches import as_tensor, shared_empty
 
 SOURCE = "datasets/millionsong/parquet"
 #: The subset re-written as 8 shards (row groups of 200 rows) with a ``row`` column.

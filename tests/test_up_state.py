@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from scalelab.cli import main
-from scalelab.hub_ext.up import free_port
-from scalelab.hub_ext.upstate import earlier_run, make_state_dir
+from scalelab.commands.up import free_port
+from scalelab.commands.upstate import earlier_run, make_state_dir
 
 SUFFIX = "; choose a folder you can write"
 
@@ -124,7 +124,7 @@ def test_stale_pid_files_are_not_an_earlier_run(tmp_path: Path):
 PARENT = textwrap.dedent(
     """
     import signal, subprocess, sys, time
-    from scalelab.hub_ext.pdeathsig import die_with_parent
+    from scalelab.common.pdeathsig import die_with_parent
     child = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(300)"],
         start_new_session=True,

@@ -1,0 +1,12 @@
+"""Inside each single-user server: ScaleLab's jupyter_server extension.
+
+Package ``scalelab.hub_ext.server``:
+
+
+- :mod:`~scalelab.hub_ext.server.extension` -- the extension's entry points;
+- :mod:`~scalelab.hub_ext.server.store_drive` -- the course store as a file-browser drive;
+- :mod:`~scalelab.hub_ext.server.store_contents` -- its contents manager (refusals as 403);
+- :mod:`~scalelab.hub_ext.server.labs_handlers` -- the "Get new labs" page and API;
+- :mod:`~scalelab.hub_ext.server.logstream` -- live logs of the server and its Spark drivers;
+- :mod:`~scalelab.hub_ext.server.notices` -- notices from the hub to the student.
+"""

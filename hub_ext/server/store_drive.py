@@ -1,0 +1,134 @@
+"""The course store as a drive in JupyterLab's file browser, through jupyter-fs.
+
+ScaleLab's server extension (:mod:`scalelab.hub_ext.server.extension`) calls :func:`link` before the
+single-user server builds its contents manager, and :func:`load` once it runs:
+
+- the contents manager becomes jupyter-fs' ``MetaManager`` (as
+  :class:`~scalelab.hub_ext.server.store_contents.StoreMetaManager`, which answers the store's
+  refusals with HTTP 403): the home folder stays the file browser's root (served by the
+  contents manager ops configured, if synchronous), and the store is one more drive,
+  ``<hash>:path`` in the contents REST API;
+- the drive is the student's view of the store (URL ``scalelab:///``, see
+  :class:`scalelab.store.StudentStore`): ``home/<user>`` read-write, ``datasets/`` read-only,
+  ``..``, absolute paths and symlinks leaving them refused;
+- students cannot add drives of their own (``JupyterFs.allow_user_resources = False``), which
+  would otherwise let them mount any URL, ``file:///`` included.
+
+Ops turn the drive off with ``c.StoreDrive.enabled = False`` in ``jupyter_server_config.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from traitlets import Bool, Unicode
+from traitlets.config import Config, Configurable
+
+from scalelab import envvars
+from scalelab.store.access.student import PROTOCOL, register_protocol
+
+#: The drive's fsspec URL: the student's view of the store, read from the environment.
+DRIVE_URL = f"{PROTOCOL}:///"
+
+
+class StoreDrive(Configurable):
+    """The course store drive in the file browser (``c.StoreDrive.*`` in the server's config)."""
+
+    enabled = Bool(
+        True,
+        config=True,
+        help="Show the course store as a drive beside the home folder. Needs "
+        "SCALELAB_STORE_URL (set by the spawner) and jupyter-fs; without either, no drive.",
+    )
+    name = Unicode("Course store", config=True, help="The drive's name in the file browser.")
+
+
+def drive_id(url: str = DRIVE_URL) -> str:
+    """The drive's prefix in contents API paths (``<id>:home/<user>``), as jupyter-fs makes it:
+    the first 8 hex digits of MD5 of URL + ``"fsspec"``."""
+    return hashlib.md5((url + "fsspec").encode(), usedforsecurity=False).hexdigest()[:8]
+
+
+def drive_config(name: str) -> dict[str, Any]:
+    """jupyter-fs settings of the single-user server (pure).
+
+    Returns
+    -------
+    dict
+        ``{"JupyterFs": {...}}`` for ``ServerApp.update_config``: one server-side resource, no
+        user-defined ones, and load errors shown to the student.
+    """
+    return {
+        "JupyterFs": {
+            "resources": [
+                {
+                    "name": name,
+                    "url": DRIVE_URL,
+                    "type": "fsspec",
+                    "auth": "none",
+                    "defaultWritable": True,
+                }
+            ],
+            "allow_user_resources": False,
+            "surface_init_errors": True,
+        }
+    }
+
+
+def wanted(serverapp: Any, environ: Mapping[str, str]) -> bool:
+    """Whether this server gets the drive: enabled, a store configured, jupyter-fs installed."""
+    if not StoreDrive(parent=serverapp).enabled or not environ.get(envvars.STORE_URL):
+        return False
+    try:
+        import jupyterfs  # noqa: F401
+    except ImportError:
+        serverapp.log.warning("ScaleLab: jupyter-fs is not installed; no course store drive.")
+        return False
+    return True
+
+
+def link(serverapp: Any, environ: Mapping[str, str] | None = None) -> None:
+    """Before the contents manager exists: make it jupyter-fs' MetaManager with the store drive."""
+    env = os.environ if environ is None else environ
+    if not wanted(serverapp, env):
+        return
+    from jupyter_server.services.contents.manager import AsyncContentsManager
+
+    from scalelab.hub_ext.server.store_contents import StoreMetaManager
+
+    config = Config(drive_config(StoreDrive(parent=serverapp).name))
+    if "contents_manager_class" in serverapp.config.get("ServerApp", {}):
+        # Ops chose a contents manager: it stays the home's, under jupyter-fs. jupyter-fs calls
+        # its root manager synchronously, so an asynchronous one cannot go under it.
+        chosen = serverapp.contents_manager_class
+        if issubclass(chosen, AsyncContentsManager):
+            serverapp.log.warning(
+                "ScaleLab: no course store drive: ServerApp.contents_manager_class = %s is "
+                "asynchronous, and jupyter-fs can only serve the home through a synchronous one "
+                "(e.g. LargeFileManager); the home is served as configured.",
+                chosen.__name__,
+            )
+            return
+        config.JupyterFs.root_manager_class = chosen
+    register_protocol()
+    serverapp.update_config(config)
+    serverapp.contents_manager_class = StoreMetaManager
+
+
+def load(serverapp: Any) -> None:
+    """Once the server runs: jupyter-fs' REST handlers (``/jupyterfs/resources``)."""
+    try:
+        from jupyterfs.metamanager import MetaManagerShared
+    except ImportError:
+        return
+    if not isinstance(getattr(serverapp, "contents_manager", None), MetaManagerShared):
+        return
+    from jupyterfs.extension import _load_jupyter_server_extension
+
+    _load_jupyter_server_extension(serverapp)
+    serverapp.log.info(
+        "ScaleLab: the course store is the drive %s: in the file browser", drive_id()
+    )

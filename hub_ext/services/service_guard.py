@@ -1,0 +1,51 @@
+"""Run a hub service so that it ends with the hub:
+``python -m scalelab.hub_ext.services.service_guard
+-- ARGV...``.
+
+JupyterHub stops its managed services when it shuts down, but a hub that is killed (SIGKILL,
+out of memory) cannot: its culler and GPU monitor would run on, polling a hub that is gone. The
+guard asks Linux to send the service SIGTERM when its parent (the hub) dies
+(``prctl(PR_SET_PDEATHSIG)``, kept across ``exec``), then becomes ARGV. Elsewhere it only runs
+ARGV.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1
+
+
+def set_parent_death_signal(sig: int = signal.SIGTERM) -> bool:
+    """Ask for ``sig`` when the parent process dies; False where prctl is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        print(
+            "usage: python -m scalelab.hub_ext.services.service_guard -- ARGV...", file=sys.stderr
+        )
+        return 2
+    parent = os.getppid()
+    set_parent_death_signal()
+    if os.getppid() != parent:  # the hub died before the signal was asked for
+        return 1
+    os.execv(argv[0], argv)
+    return 1  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

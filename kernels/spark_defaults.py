@@ -1,0 +1,46 @@
+"""Spark's defaults for ScaleLab, in one place (pure; no PySpark import).
+
+The spawner's settings (``ScaleLabSpawner.spark_master``, ``.spark_driver_memory``,
+``.spark_driver_memory_choices``), ``scalelab doctor`` and the PySpark kernel all read them
+here, so the hub and a kernel started without the hub's variables agree.
+"""
+
+from __future__ import annotations
+
+#: Spark master when the hub set none: every core of the server's machine.
+DEFAULT_SPARK_MASTER = "local[*]"
+#: Spark driver memory (``spark.driver.memory``, a JVM size) when the hub set none.
+DEFAULT_DRIVER_MEMORY = "1g"
+#: Driver memory sizes students may pick in the spawn form; the first is the default.
+DEFAULT_DRIVER_MEMORY_CHOICES = ("1g", "2g", "4g")
+
+
+def spark_conf(master: str, driver_memory: str, app_name: str) -> dict[str, str]:
+    """Spark settings of the PySpark kernel's session (pure).
+
+    Parameters
+    ----------
+    master
+        ``spark.master``, e.g. ``"local[*]"`` or ``"spark://host:7077"``.
+    driver_memory
+        ``spark.driver.memory``, a JVM size such as ``"2g"``.
+    app_name
+        ``spark.app.name``, shown in Spark's UI.
+
+    Returns
+    -------
+    dict
+        ``spark.*`` keys -> values, for ``SparkSession.builder.config``. The driver binds to
+        loopback in local mode, so the session works on a machine with no resolvable host name.
+    """
+    conf = {
+        "spark.master": master,
+        "spark.app.name": app_name,
+        "spark.driver.memory": driver_memory,
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }
+    if master.startswith("local"):
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+    return conf

@@ -1,0 +1,519 @@
+"""``scalelab up``: a whole course hub on one machine, from embedded defaults.
+
+It prepares the state folder (kernelspecs, homes, the local store), takes a lock so that only one
+``scalelab up`` uses that folder, starts JupyterHub in a child process with the configuration of
+:mod:`scalelab.commands.up_config`, waits until the hub answers, and prints the URL and the
+password. Ctrl-C (SIGINT), SIGTERM or SIGHUP (the terminal closed) stops the hub, which stops
+every server it started; anything still alive after that is terminated, so no process is left
+behind. If ``scalelab up`` itself is killed (SIGKILL), the kernel sends the hub SIGTERM
+(:mod:`scalelab.common.pdeathsig`), so the hub still stops its proxy and servers.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import fsspec
+import psutil
+
+from scalelab import envvars
+from scalelab.commands.up_config import (
+    UpSettings,
+    config_file_text,
+    embedded_config,
+    kernelspec_dir,
+)
+from scalelab.commands.upstate import earlier_run, make_state_dir
+from scalelab.common.pdeathsig import die_with_parent
+from scalelab.hub_ext.hub.config_check import ConfigProblem, check_hub_config
+from scalelab.kernels.specs import install_kernelspecs
+from scalelab.store import StoreError, missing_datasets, open_store
+from scalelab.store.errors import store_failure
+
+#: Seconds ``scalelab up`` waits for the hub to answer before it gives up.
+READY_TIMEOUT_S = 180
+#: Seconds the hub gets to stop its servers after SIGTERM before it is killed.
+STOP_TIMEOUT_S = 120
+#: Minimum password length (JupyterHub's SharedPasswordAuthenticator rule).
+MIN_PASSWORD_LENGTH = 8
+#: Signals that stop ``scalelab up`` cleanly: Ctrl-C, ``kill``, the terminal closed.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class UpError(Exception):
+    """A problem ``scalelab up`` reports in one message, without a traceback."""
+
+
+def default_state_dir() -> Path:
+    """``$SCALELAB_STATE_DIR``, else ``$XDG_DATA_HOME/scalelab`` (``~/.local/share/scalelab``)."""
+    if os.environ.get(envvars.STATE_DIR):
+        return Path(os.environ[envvars.STATE_DIR]).expanduser()
+    data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data_home) / "scalelab"
+
+
+def default_store_url(state_dir: Path) -> str:
+    """The embedded course store: the folder ``<state dir>/store`` as a ``file://`` URL."""
+    return (state_dir.resolve() / "store").as_uri()
+
+
+def absolute_store_url(store_url: str, cwd: Path | None = None) -> str:
+    """``store_url`` with a relative local path made absolute against ``cwd`` (this folder).
+
+    Each student server runs in its own home, so a relative path there would name another folder
+    for each of them. URLs with a protocol (``file://``, ``s3://``, ``hdfs://`` ...) and absolute
+    paths are returned as they are; ``~`` is expanded.
+    """
+    if fsspec.core.split_protocol(store_url)[0] is not None:
+        return store_url
+    path = Path(store_url).expanduser()
+    if path.is_absolute():
+        return str(path)
+    return str(Path(os.path.abspath((cwd or Path.cwd()) / path)))
+
+
+def up_settings(
+    state_dir: Path, *, ip: str, port: int, store_url: str | None, cwd: Path | None = None
+) -> UpSettings:
+    """The settings ``scalelab up`` writes into its config (state folder already resolved).
+
+    Raises
+    ------
+    UpError
+        configurable-http-proxy is not installed.
+    """
+    return UpSettings(
+        state_dir=str(state_dir),
+        store_url=absolute_store_url(store_url, cwd) if store_url else default_store_url(state_dir),
+        proxy_command=find_proxy(),
+        hub_port=free_port(),
+        proxy_api_port=free_port(),
+        ip=ip,
+        port=port,
+    )
+
+
+def find_proxy() -> list[str]:
+    """argv of configurable-http-proxy: on PATH or beside this Python (``.venv/bin``).
+
+    Raises
+    ------
+    UpError
+        It is not installed.
+    """
+    search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    found = shutil.which("configurable-http-proxy", path=search)
+    if not found:
+        raise UpError(
+            "configurable-http-proxy was not found on PATH or beside this Python. Install it with "
+            "./install.sh (it runs `npm ci`), or `npm install -g configurable-http-proxy`."
+        )
+    return [found]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def prepare_state_dir(state_dir: Path, source: str = "--state-dir") -> None:
+    """Create the state folder with ``homes/`` and ``logs/``, or refuse it in one line.
+
+    Raises
+    ------
+    UpError
+        It is a file, cannot be created, or is not writable; nothing was created.
+        ``source`` names where the folder came from (``--state-dir``, ``$SCALELAB_STATE_DIR``).
+    """
+    reason = make_state_dir(state_dir, ("homes", "logs"))
+    if reason is not None:
+        raise UpError(f"cannot use {source} {state_dir}: {reason}; choose a folder you can write")
+
+
+def check_no_earlier_run(state_dir: Path) -> None:
+    """Raise :class:`UpError` if a hub (or a proxy) of an earlier ``scalelab up`` still runs
+    for ``state_dir``, naming its pid and how to stop it."""
+    found = earlier_run(state_dir)
+    if found is None:
+        return
+    what, pid = found
+    alone = " without its hub" if what == "proxy" else ""
+    raise UpError(
+        f"a {what} of an earlier `scalelab up` is still running for {state_dir} (pid {pid})"
+        f"{alone}; stop it with `kill {pid}`"
+    )
+
+
+def check_port_free(ip: str, port: int) -> None:
+    """Raise :class:`UpError` naming the port if something already listens on ``ip:port``."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((ip, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise UpError(f"cannot listen on {ip}:{port}: {exc.strerror}") from None
+            raise UpError(
+                f"port {port} on {ip} is already in use by {describe_process(listener_pid(port))}. "
+                "Stop it, or choose another port with --port."
+            ) from None
+
+
+def describe_process(pid: int | None) -> str:
+    """``"pid 123 (scalelab up --port 8000)"``, or ``"another program"`` when it cannot be seen."""
+    if pid is None:
+        return "another program"
+    try:
+        command = " ".join(psutil.Process(pid).cmdline()[:6])
+    except psutil.Error:
+        return f"pid {pid}"
+    return f"pid {pid} ({command})"
+
+
+@dataclass
+class StateLock:
+    """An exclusive lock on a state folder (``flock`` on ``<state>/scalelab-up.lock``).
+
+    The lock file holds the owner's pid and URL, so a second ``scalelab up`` can say who runs.
+    The kernel releases the lock when the owner exits, however it exits.
+    """
+
+    path: Path
+    _file: IO[str] | None = None
+
+    def acquire(self, url: str) -> None:
+        """Take the lock.
+
+        Raises
+        ------
+        UpError
+            Another process holds it; the message gives its pid and URL.
+        """
+        handle = open(self.path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            try:
+                owner = json.loads(handle.read() or "{}")
+            except json.JSONDecodeError:
+                owner = {}
+            handle.close()
+            raise UpError(
+                f"ScaleLab is already running from {self.path.parent} "
+                f"(pid {owner.get('pid', '?')}, {owner.get('url', 'URL unknown')}). "
+                "Use that hub, or stop it with Ctrl-C in its terminal first."
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps({"pid": os.getpid(), "url": url}))
+        handle.flush()
+        self._file = handle
+
+    def release(self) -> None:
+        """Release the lock (also released at exit)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def resolve_password(given: str | None) -> tuple[str, bool]:
+    """The login password: ``given``, else ``$SCALELAB_PASSWORD``, else a generated one.
+
+    Returns
+    -------
+    (password, generated)
+
+    Raises
+    ------
+    UpError
+        The password has fewer than 8 characters, is only whitespace, or ``--password`` was
+        given empty (leave it out to get a generated one).
+    """
+    source = "--password" if given is not None else envvars.PASSWORD
+    password = given if given is not None else os.environ.get(envvars.PASSWORD) or ""
+    if given is None and not password:
+        return secrets.token_urlsafe(12), True
+    if not password.strip():
+        what = "is empty" if not password else f"is only whitespace ({len(password)} characters)"
+        instead = "leave --password out" if given is not None else f"unset {envvars.PASSWORD}"
+        raise UpError(
+            f"the password given by {source} {what}; it needs at least {MIN_PASSWORD_LENGTH} "
+            f"characters besides spaces. Choose one, or {instead} to get a generated one."
+        )
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise UpError(
+            f"the password given by {source} has {len(password)} characters; it needs at least "
+            f"{MIN_PASSWORD_LENGTH}. Choose a longer one, or unset it to get a generated one."
+        )
+    return password, False
+
+
+def data_hint(store_url: str) -> str | None:
+    """A line telling the operator which data sets are missing and how to fetch them, or None."""
+    try:
+        missing = missing_datasets(open_store(store_url))
+    except Exception as exc:  # noqa: BLE001 -- each fsspec back end raises its own errors
+        if isinstance(exc, StoreError):
+            return f"The course store {store_url} cannot be read: {exc}"
+        message = str(store_failure(store_url, exc))
+        return message[0].upper() + message[1:]
+    if not missing:
+        return None
+    return (
+        f"The course data sets are not in the store yet: {', '.join(missing)}. Fetch them with\n"
+        f"  scalelab data fetch {' '.join(missing)}    (add --mirror DIR for a local copy)"
+    )
+
+
+def listener_pid(port: int) -> int | None:
+    """Pid of the process listening on TCP ``port`` (any address).
+
+    None when nothing listens, or when the listener is another user's process, which psutil
+    cannot see.
+    """
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+            return conn.pid
+    return None
+
+
+def wait_ready(url: str, port: int, proc: subprocess.Popen, stop: threading.Event) -> str:
+    """Wait until our hub answers at ``url``.
+
+    Returns ``"ready"``, ``"stopped"`` (Ctrl-C), ``"exited"`` (the hub died), ``"timeout"``, or
+    ``"taken"`` when what answers is another program that took the port meanwhile.
+    """
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if stop.is_set():
+            return "stopped"
+        if proc.poll() is not None:
+            return "exited"
+        try:
+            with urllib.request.urlopen(f"{url}hub/api/", timeout=2) as response:
+                if response.status == 200:
+                    ours = {p.pid for p in _descendants(proc.pid)}
+                    return "ready" if listener_pid(port) in ours else "taken"
+        except (urllib.error.URLError, OSError):
+            pass
+        stop.wait(0.5)
+    return "timeout"
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _stop_tree(proc: subprocess.Popen, stop: threading.Event, known: list[psutil.Process]) -> None:
+    """SIGTERM the hub (which stops its servers and proxy), then end whatever survived.
+
+    ``known`` are descendants seen earlier, so that servers orphaned by a dead hub end too.
+    """
+    tree = {p.pid: p for p in [*known, *_descendants(proc.pid)]}.values()
+    if proc.poll() is None:
+        stop.clear()  # a second Ctrl-C while we wait means: stop now
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while proc.poll() is None and time.monotonic() < deadline and not stop.is_set():
+            time.sleep(0.2)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    survivors = [p for p in tree if p.is_running()]
+    for p in survivors:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(survivors, timeout=5)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def _say(text: str, out: IO[str]) -> None:
+    """Print a line about stopping; after SIGHUP the terminal may be gone (EIO), which must not
+    turn a clean stop into a traceback."""
+    try:
+        print(text, file=out, flush=True)
+    except OSError:
+        pass
+
+
+def _log_tail(path: Path, offset: int, lines: int = 30) -> str:
+    """The last ``lines`` lines written to ``path`` after byte ``offset`` (this run's), with the
+    error that stopped the hub, if one was logged, repeated first."""
+    try:
+        with open(path, "rb") as log:
+            log.seek(offset)
+            text = log.read().decode(errors="replace")
+    except OSError:
+        return ""
+    tail = text.splitlines()[-lines:]
+    errors = [ln for ln in text.splitlines() if _ERROR_LINE.match(ln)]
+    reason = f"Reason: {_LOG_PREFIX.sub('', errors[-1]).strip()}\n" if errors else ""
+    return reason + "\n".join(tail)
+
+
+#: A raised exception's last line, or a critical/error line of JupyterHub's log.
+_ERROR_LINE = re.compile(r"^(\s*[\w.]*(Error|Exception)(:|$)|\[[CE] )")
+_LOG_PREFIX = re.compile(r"^\[[CE] [^\]]*\]\s*")
+
+
+def run_up(
+    state_dir: Path,
+    *,
+    ip: str = "127.0.0.1",
+    port: int = 8000,
+    password: str | None = None,
+    store_url: str | None = None,
+    operator_config: str | None = None,
+    out: IO[str] = sys.stdout,
+    state_source: str = "--state-dir",
+) -> int:
+    """Run the course hub until Ctrl-C, SIGTERM or SIGHUP.
+
+    Call it from the main thread: the hub is tied to the thread that starts it
+    (:func:`~scalelab.common.pdeathsig.die_with_parent`).
+
+    Returns
+    -------
+    int
+        Exit status: 0 after a clean stop, 1 when the hub failed to start or died.
+
+    Raises
+    ------
+    UpError
+        Before anything started: the state folder cannot be used (``state_source`` names where
+        it came from) or is in use, a hub of an earlier run still runs there, the port is taken,
+        the proxy is missing, the password is too short, or the operator's config file does not
+        exist, does not compile, fails to run or has a misspelt or bad ScaleLab setting.
+    """
+    state_dir = state_dir.expanduser().resolve()
+    url = f"http://{ip}:{port}/"
+    if operator_config and not Path(operator_config).is_file():
+        raise UpError(f"the config file {operator_config} does not exist.")
+    prepare_state_dir(state_dir, state_source)
+    lock = StateLock(state_dir / "scalelab-up.lock")
+    lock.acquire(url)
+    try:
+        check_no_earlier_run(state_dir)
+        check_port_free(ip, port)
+        password, generated = resolve_password(password)
+        settings = up_settings(state_dir, ip=ip, port=port, store_url=store_url)
+        try:  # the hub's own start-up validation, run here: one line instead of its traceback
+            check_hub_config(embedded_config(settings, password), operator_config)
+        except ConfigProblem as exc:
+            raise UpError(f"{exc}. {exc.fix}") from None
+        install_kernelspecs(kernelspec_dir(state_dir))
+        config_path = state_dir / "jupyterhub_config.py"
+        config_path.write_text(config_file_text(settings, operator_config))
+        hint = data_hint(settings.store_url)
+        return _serve(settings, config_path, password, generated, hint, out)
+    finally:
+        lock.release()
+
+
+def _serve(
+    settings: UpSettings,
+    config_path: Path,
+    password: str,
+    generated: bool,
+    hint: str | None,
+    out: IO[str],
+) -> int:
+    state_dir = Path(settings.state_dir)
+    url = f"http://{settings.ip}:{settings.port}/"
+    log_path = state_dir / "logs" / "jupyterhub.log"
+    log_offset = log_path.stat().st_size if log_path.exists() else 0
+    env = {**os.environ, envvars.PASSWORD: password}
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in STOP_SIGNALS}
+    known: list[psutil.Process] = []
+    print(f"Starting ScaleLab's hub (log: {log_path}) ...", file=out, flush=True)
+    try:
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "jupyterhub", "-f", str(config_path)],
+                cwd=state_dir,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C reaches us; we stop the hub in order
+                preexec_fn=die_with_parent(signal.SIGTERM),  # ... and if we are killed, it stops
+            )
+        try:
+            state = wait_ready(url, settings.port, proc, stop)
+            if state == "stopped":
+                _say("Stopping ScaleLab before it was ready ...", out)
+                return 0
+            if state == "taken":
+                print(
+                    f"Port {settings.port} was taken by another program while ScaleLab started "
+                    f"({describe_process(listener_pid(settings.port))}). Stop it, or choose a port "
+                    "with --port.",
+                    file=out,
+                )
+                return 1
+            if state != "ready":
+                print(
+                    f"The hub did not start. Last lines of {log_path}:\n"
+                    + _log_tail(log_path, log_offset),
+                    file=out,
+                )
+                return 1
+            if hint:
+                print(hint, file=out)
+            print(f"\nScaleLab is running at {url}", file=out)
+            print(f"  Log in with any user name and the password: {password}", file=out)
+            if generated:
+                print(
+                    "  (generated for this run; set SCALELAB_PASSWORD or --password to choose it)",
+                    file=out,
+                )
+            print(f"  Course store: {settings.store_url}", file=out)
+            print(
+                "  Press Ctrl-C to stop the hub and every server it started.", file=out, flush=True
+            )
+            while not stop.is_set() and proc.poll() is None:
+                known = _descendants(proc.pid) or known
+                stop.wait(2)
+            if proc.poll() is not None:
+                print(
+                    f"The hub exited unexpectedly. Last lines of {log_path}:\n"
+                    + _log_tail(log_path, log_offset),
+                    file=out,
+                )
+                return 1
+            _say("Stopping ScaleLab: servers, proxy, hub ...", out)
+            return 0
+        finally:
+            _stop_tree(proc, stop, known)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

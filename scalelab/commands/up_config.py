@@ -1,0 +1,144 @@
+"""``scalelab up``'s embedded defaults, as a traitlets ``Config`` (pure: no I/O).
+
+What they set up on one machine: JupyterHub on loopback with SQLite, configurable-http-proxy,
+ScaleLab's spawner with homes under the state folder (no system accounts), Spark ``local[*]``,
+the course store as a local folder, and a shared-password login (JupyterHub's
+``SharedPasswordAuthenticator``). Ops change any of it in their own ``jupyterhub_config.py``,
+given to ``scalelab up --config``, which is loaded after these defaults.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from traitlets.config import Config
+
+from scalelab.hub_ext.hub.gpu_board import handlers as gpu_board_handlers
+from scalelab.hub_ext.hub.server_logs import handlers as server_log_handlers
+from scalelab.templates import templates_dir
+
+#: User names ``scalelab up`` accepts at login (JupyterHub's ``Authenticator.username_pattern``,
+#: matched after JupyterHub lowercases the name): lowercase letters, digits, ``.``, ``_``, ``-``,
+#: starting with a letter or digit, 1 to 64 characters, so that each is a home folder name.
+USERNAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+
+
+@dataclass(frozen=True)
+class UpSettings:
+    """Everything ``scalelab up`` decides before it starts the hub.
+
+    Attributes
+    ----------
+    state_dir
+        Folder for the hub database, cookie secret, users' homes, kernelspecs and logs.
+    store_url
+        The course store URL.
+    proxy_command
+        argv of configurable-http-proxy.
+    ip, port
+        Where the proxy serves users (default ``127.0.0.1:8000``).
+    hub_port, proxy_api_port
+        Internal ports of the hub and of the proxy's REST API, on ``127.0.0.1``.
+    """
+
+    state_dir: str
+    store_url: str
+    proxy_command: list[str]
+    hub_port: int
+    proxy_api_port: int
+    ip: str = "127.0.0.1"
+    port: int = 8000
+
+    def to_json(self) -> str:
+        """JSON form, for the generated ``jupyterhub_config.py``."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> UpSettings:
+        """Inverse of :meth:`to_json`."""
+        return cls(**json.loads(text))
+
+
+def kernelspec_dir(state_dir: str | Path) -> Path:
+    """Jupyter data folder where ``scalelab up`` writes the kernelspecs."""
+    return Path(state_dir) / "share" / "jupyter"
+
+
+def embedded_config(s: UpSettings, password: str) -> Config:
+    """The hub configuration of ``scalelab up``.
+
+    Parameters
+    ----------
+    s
+        The run's settings.
+    password
+        The shared login password (at least 8 characters, JupyterHub's rule).
+
+    Returns
+    -------
+    traitlets.config.Config
+        ``JupyterHub``, ``ConfigurableHTTPProxy``, ``SharedPasswordAuthenticator`` and
+        ``ScaleLabSpawner`` sections.
+    """
+    state = Path(s.state_dir)
+    c = Config()
+    c.JupyterHub.ip = s.ip
+    c.JupyterHub.port = s.port
+    c.JupyterHub.hub_ip = "127.0.0.1"
+    c.JupyterHub.hub_port = s.hub_port
+    c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
+    c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
+    c.JupyterHub.pid_file = str(state / "jupyterhub.pid")
+    c.JupyterHub.cleanup_servers = True
+    c.JupyterHub.cleanup_proxy = True
+    c.JupyterHub.concurrent_spawn_limit = 10  # more pending spawns: 429 "Try again"
+    c.JupyterHub.template_paths = [str(templates_dir())]
+    c.JupyterHub.extra_handlers = gpu_board_handlers()
+    c.JupyterHub.extra_handlers += server_log_handlers()  # live logs for ops
+    c.ConfigurableHTTPProxy.command = list(s.proxy_command)
+    c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{s.proxy_api_port}"
+    c.ConfigurableHTTPProxy.pid_file = str(state / "jupyterhub-proxy.pid")
+
+    c.JupyterHub.authenticator_class = "shared-password"
+    c.SharedPasswordAuthenticator.user_password = password
+    c.Authenticator.allow_all = True  # anyone who knows the course password may log in
+    c.Authenticator.username_pattern = USERNAME_PATTERN  # every name can be a home folder
+
+    c.JupyterHub.spawner_class = "scalelab"
+    c.ScaleLabSpawner.home_root = str(state / "homes")
+    c.ScaleLabSpawner.store_url = s.store_url
+    c.ScaleLabSpawner.spark_master = "local[*]"
+    c.ScaleLabSpawner.kernelspec_path = [str(kernelspec_dir(state))]
+    c.ScaleLabSpawner.gpu_queue_file = str(state / "gpu-queue.json")
+    c.ScaleLabSpawner.server_log_dir = str(state / "logs" / "servers")
+    c.Spawner.http_timeout = 90
+    c.Spawner.start_timeout = 180
+    return c
+
+
+def config_file_text(s: UpSettings, operator_config: str | None) -> str:
+    """Text of the ``jupyterhub_config.py`` that ``scalelab up`` writes to the state folder.
+
+    The password is not in it: the hub reads it from ``SCALELAB_PASSWORD`` in its environment.
+    """
+    lines = [
+        "# Written by `scalelab up` at every start; do not edit.",
+        "# Put your own settings in a file and pass it with `scalelab up --config FILE`.",
+        "import os",
+        "from scalelab.commands.up_config import UpSettings, embedded_config",
+        f"settings = UpSettings.from_json({s.to_json()!r})",
+        "c.merge(embedded_config(settings, os.environ['SCALELAB_PASSWORD']))",
+    ]
+    if operator_config:
+        lines.append(f"load_subconfig({str(Path(operator_config).resolve())!r})")
+    lines += [
+        "from scalelab.spawner.gpu_spawner import validate_config",
+        "validate_config(c)  # a misspelt GPU setting stops the hub here, with its name",
+        "from scalelab.spawner.hubstart import start_with_hub",
+        "start_with_hub()  # GPU inventory at start; queued spawns started again after a restart",
+        "from scalelab.hub_ext.services.culling import configure_culling",
+        "configure_culling(c)  # the idle culler and the GPU monitor, as hub services",
+    ]
+    return "\n".join(lines) + "\n"

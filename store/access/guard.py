@@ -1,0 +1,154 @@
+"""Which paths of the course store a student may see, read and write (pure logic, no I/O).
+
+A student's part of the store is two roots: their home ``home/<user>`` (read and write) and the
+shared ``datasets/`` (read only). The store root and ``home`` itself may be listed, showing only
+those roots. Paths are relative to the store root, with ``/`` as separator. Absolute paths, URLs
+and ``..`` are refused outright, never resolved, so no spelling can leave the allowed roots.
+Symlinks are a property of the file system, not of the path: the I/O layer
+(:mod:`scalelab.store.access.student`) checks where they point with :meth:`StoreView.check_target`.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+
+from scalelab.store.errors import StoreAccessError, StoreConfigError
+
+#: The folder of the store that holds the students' homes.
+HOMES = "home"
+#: The folder of the store that holds the shared, read-only data sets.
+DATASETS = "datasets"
+
+
+def validate_user(user: str) -> str:
+    """Return ``user`` if it can name a home folder; raise StoreConfigError otherwise.
+
+    JupyterHub user names are already restricted; this refuses the few that would name another
+    folder (empty, ``.``, ``..``, or containing ``/``, ``\\`` or NUL).
+    """
+    if not user or user in (".", "..") or any(c in user for c in "/\\\0"):
+        raise StoreConfigError(
+            f"{user!r} cannot name a home folder in the course store: set JUPYTERHUB_USER "
+            "(or pass user=...) to a user name without '/', '\\\\' or '..'."
+        )
+    return user
+
+
+def split_path(path: str) -> list[str]:
+    """``path`` (relative to the store root) as its parts, ``.`` and empty parts dropped.
+
+    Raises
+    ------
+    StoreAccessError
+        ``path`` is absolute, a URL, contains a NUL byte or a ``..`` part.
+    """
+    if not isinstance(path, str):
+        raise TypeError(f"store paths are strings, not {type(path).__name__}")
+    if path.startswith("/") or "://" in path or "\0" in path:
+        raise StoreAccessError(
+            f"{path!r} is not a path inside the course store: use a path relative to the store "
+            "root, such as 'home/<you>/file.txt' or 'datasets/<name>/...'."
+        )
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise StoreAccessError(
+            f"{path!r} uses '..', which the course store refuses: write the path from the store "
+            "root, such as 'home/<you>/file.txt'."
+        )
+    return parts
+
+
+@dataclass(frozen=True)
+class StoreView:
+    """A student's view of the store: ``home/<user>`` read-write, ``datasets/`` read-only."""
+
+    user: str
+
+    def __post_init__(self) -> None:
+        validate_user(self.user)
+
+    @property
+    def home(self) -> str:
+        """The student's home, relative to the store root: ``home/<user>``."""
+        return f"{HOMES}/{self.user}"
+
+    def _refuse(self, path: str, what: str) -> StoreAccessError:
+        return StoreAccessError(
+            f"{what} {path!r} is not allowed: in the course store you may read and write "
+            f"{self.home}/... and read {DATASETS}/..."
+        )
+
+    def readable(self, parts: list[str]) -> bool:
+        """May the student read (or list) the path with these parts?"""
+        if len(parts) <= 1 and (not parts or parts[0] in (HOMES, DATASETS)):
+            return True  # the root, "home" and "datasets": listable (home filtered by visible())
+        return parts[0] == DATASETS or parts[:2] == [HOMES, self.user]
+
+    def writable(self, parts: list[str]) -> bool:
+        """May the student create, change or delete the path with these parts?"""
+        return len(parts) >= 2 and parts[:2] == [HOMES, self.user]
+
+    def check(self, path: str, write: bool = False) -> str:
+        """Normalise ``path`` and check that the student may read (or, with ``write``, write) it.
+
+        Returns
+        -------
+        str
+            The path, normalised: parts joined with ``/``, no leading or trailing ``/``;
+            ``""`` is the store root.
+
+        Raises
+        ------
+        StoreAccessError
+            The path leaves the allowed roots, or ``write`` is asked outside the home.
+        """
+        parts = split_path(path)
+        if write and not self.writable(parts):
+            if parts and parts[0] == DATASETS:
+                raise StoreAccessError(
+                    f"writing {path!r} is not allowed: {DATASETS}/ is read-only; write to "
+                    f"{self.home}/... instead."
+                )
+            raise self._refuse(path, "writing")
+        if not write and not self.readable(parts):
+            raise self._refuse(path, "reading")
+        return "/".join(parts)
+
+    def visible(self, path: str) -> bool:
+        """Whether a path found by a listing (relative to the store root) may be shown."""
+        try:
+            parts = split_path(path)
+        except StoreAccessError:
+            return False
+        return bool(parts) and self.readable(parts)
+
+    def check_target(self, root: str, target: str, path: str) -> None:
+        """Refuse a local path whose real location (symlinks resolved) leaves the allowed roots.
+
+        Parameters
+        ----------
+        root
+            The store root's real path on the local disk.
+        target
+            The real path (``os.path.realpath``) that ``path`` resolves to.
+        path
+            The path as the student gave it, for the message.
+
+        Raises
+        ------
+        StoreAccessError
+            ``target`` is not the root itself or inside the home or ``datasets/``.
+        """
+        rel = posixpath.relpath(target, root) if target != root else ""
+        if rel == ".." or rel.startswith("../") or posixpath.isabs(rel):
+            raise StoreAccessError(
+                f"{path!r} is a link that leaves the course store; links may only point inside "
+                f"{self.home}/ or {DATASETS}/."
+            )
+        parts = [p for p in rel.split("/") if p not in ("", ".")]
+        if not self.readable(parts):
+            raise StoreAccessError(
+                f"{path!r} is a link to {rel!r}, outside {self.home}/ and {DATASETS}/; "
+                "links may only point inside them."
+            )

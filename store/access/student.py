@@ -1,0 +1,464 @@
+"""A student's view of the course store: an fsspec file system limited to their home and datasets.
+
+``student_store()`` in a kernel, and the JupyterLab drive (URL ``scalelab:///``), give a
+:class:`StudentStore`: paths relative to the store root, ``home/<user>/...`` read-write and
+``datasets/...`` read-only (:mod:`scalelab.store.access.guard`), symlinks leaving them refused on a
+local store. Two promises on top of fsspec:
+
+- a write to a local store goes to a temporary file beside the target, renamed over it only when
+  the file is closed without error, so a failed or interrupted write leaves the old file (or
+  none), never half of one; object stores (S3, HDFS) publish a file only on close anyway;
+- a store that cannot be reached (endpoint or namenode down, local root unmounted) raises
+  :class:`~scalelab.store.errors.StoreUnavailableError`, naming the setting to check, instead of
+  a back end's own exception.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import secrets
+import socket
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import fsspec
+from fsspec.implementations.dirfs import DirFileSystem
+from fsspec.spec import AbstractBufferedFile
+
+from scalelab.store.access.fs import _is_local, open_target, store_settings
+from scalelab.store.access.guard import StoreView, split_path
+from scalelab.store.errors import StoreAccessError, StoreError, StoreUnavailableError
+
+#: fsspec protocol of the student's view, registered by :func:`register_protocol`.
+PROTOCOL = "scalelab"
+
+_UNREACHABLE_ERRNOS = {
+    errno.ECONNREFUSED,
+    errno.ECONNRESET,
+    errno.EHOSTUNREACH,
+    errno.ENETUNREACH,
+    errno.ENOTCONN,
+    errno.ESTALE,
+    errno.ETIMEDOUT,
+    errno.EIO,
+}
+# Back ends' "cannot reach the server" exceptions, by class name (botocore, aiohttp, urllib3).
+_UNREACHABLE_NAMES = {
+    "EndpointConnectionError",
+    "ConnectTimeoutError",
+    "ReadTimeoutError",
+    "ConnectionClosedError",
+    "ClientConnectorError",
+    "ServerDisconnectedError",
+    "NewConnectionError",
+    "MaxRetryError",
+}
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or its cause) says the store's server cannot be reached (pure)."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, (ConnectionError, TimeoutError, socket.gaierror)):
+            return True
+        if isinstance(exc, OSError) and exc.errno in _UNREACHABLE_ERRNOS:
+            return True
+        if any(cls.__name__ in _UNREACHABLE_NAMES for cls in type(exc).__mro__):
+            return True
+        if isinstance(exc, OSError) and any(p in str(exc).lower() for p in _UNREACHABLE_TEXT):
+            return True  # hdfs-native's errors are plain OSErrors with the OS message
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
+def setting_hint(url: str) -> str:
+    """The settings to check when the store at ``url`` cannot be reached (pure)."""
+    protocol = fsspec.core.split_protocol(url)[0] or "file"
+    if protocol in ("s3", "s3a", "gcs", "gs", "abfs", "az"):
+        return "the bucket in c.ScaleLabSpawner.store_url and endpoint_url in store_options"
+    if protocol in ("hdfs", "webhdfs", "viewfs"):
+        return "the namenode in c.ScaleLabSpawner.store_url, or HADOOP_CONF_DIR"
+    return "the folder in c.ScaleLabSpawner.store_url (is it mounted?)"
+
+
+_UNREACHABLE_TEXT = (
+    "connection refused",
+    "connection reset",
+    "timed out",
+    "no route to host",
+    "network is unreachable",
+    "name or service not known",
+    "failed to lookup address",
+)
+
+
+# Which positional argument / keyword of each method is a store path, and whether it is written.
+_READ = ((0, "path", False),)
+_WRITE = ((0, "path", True),)
+_METHODS: dict[str, tuple[tuple[int, str, bool], ...]] = {
+    **dict.fromkeys(
+        "cat_file cat cat_ranges get_file get size sizes ukey checksum "
+        "info created modified sign".split(),
+        _READ,
+    ),
+    **dict.fromkeys("rm_file rm delete mkdir makedirs rmdir touch".split(), _WRITE),
+    "put_file": ((1, "rpath", True),),
+    "put": ((1, "rpath", True),),
+    "cp_file": ((0, "path1", False), (1, "path2", True)),
+    "copy": ((0, "path1", False), (1, "path2", True)),
+    "mv": ((0, "path1", True), (1, "path2", True)),
+}
+# Methods whose results are paths: filtered down to what the student may see.
+_LISTINGS = ("find", "glob", "walk", "du", "expand_path")
+
+
+class StudentStore(DirFileSystem):
+    """fsspec file system of one student's part of the course store (``scalelab://``).
+
+    Parameters
+    ----------
+    user
+        The student; None reads ``JUPYTERHUB_USER``.
+    store_url, store_options
+        The store's URL and fsspec ``storage_options``; None reads ``SCALELAB_STORE_URL`` /
+        ``SCALELAB_STORE_OPTIONS``. (Named so, not ``url``, because fsspec passes them through
+        ``url_to_fs`` when a library opens a ``scalelab:///...`` URL.)
+
+    Raises
+    ------
+    StoreConfigError
+        No user, a bad store URL or options.
+    StoreAccessError (a PermissionError)
+        From any method given a path outside ``home/<user>`` and ``datasets/``, or a write to
+        ``datasets/``.
+    StoreUnavailableError (a ConnectionError)
+        From any method when the store cannot be reached.
+    """
+
+    protocol = PROTOCOL
+    # Never from fsspec's instance cache: a "scalelab:///" URL opened for one user (read from
+    # JUPYTERHUB_USER) must not be handed to another user in the same process.
+    cachable = False
+
+    def __init__(
+        self,
+        user: str | None = None,
+        store_url: str | None = None,
+        store_options: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ):
+        url = store_url
+        if url is None:
+            url, env_options = store_settings()
+            store_options = {**env_options, **(store_options or {})}
+        user = os.environ.get("JUPYTERHUB_USER", "") if user is None else user
+        view = StoreView(user)
+        fs, root = open_target(url, store_options)
+        super().__init__(path=root, fs=fs, **kwargs)
+        self.view = view
+        self.url = url
+        self.local = _is_local(fs)
+        self._real_root = os.path.realpath(root) if self.local else ""
+        if self.local:
+            fs.makedirs(self._join(view.home), exist_ok=True)
+
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> Any:
+        # "scalelab:///datasets/x" -> "datasets/x"; the bare "scalelab:///" stays "/" (the root),
+        # since fsspec's URL chaining would replace an empty path.
+        if isinstance(path, str) and path.startswith(f"{PROTOCOL}://"):
+            rest = path[len(PROTOCOL) + 3 :]
+            return rest[1:] if rest.startswith("/") and len(rest) > 1 else rest
+        return path
+
+    # -- checks ------------------------------------------------------------------------------
+
+    def check(self, path: Any, write: bool = False) -> None:
+        """Refuse ``path`` (a string, list or dict of them) outside the student's part."""
+        if isinstance(path, dict):
+            path = list(path)
+        for p in [path] if isinstance(path, str) else path:
+            norm = self.view.check(self._strip_protocol(p), write=write)
+            if self.local:
+                target = os.path.realpath(os.path.join(self._real_root, norm))
+                self.view.check_target(self._real_root, target, p)
+
+    def _unavailable(self, exc: BaseException) -> StoreUnavailableError | None:
+        gone = self.local and not os.path.isdir(self._real_root)
+        if not gone and not is_unreachable(exc):
+            return None
+        what = "its folder is gone" if gone else f"{type(exc).__name__}: {_first_line(exc)}"
+        return StoreUnavailableError(
+            f"the course store {self.url} cannot be reached ({what}). "
+            f"Check {setting_hint(self.url)}. Files are written whole or not at all: nothing "
+            "half-written was left."
+        )
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except StoreError:
+            raise
+        except Exception as exc:
+            unavailable = self._unavailable(exc)
+            if unavailable is not None:
+                raise unavailable from exc
+            raise
+
+    # -- listings and files ------------------------------------------------------------------
+
+    def ls(self, path: str = "", detail: bool = True, **kwargs: Any) -> list:
+        self.check(path)
+        out = self._call(lambda: DirFileSystem.ls(self, path, detail=detail, **kwargs))
+        name = (lambda e: e["name"]) if detail else (lambda e: e)
+        return [e for e in out if self.view.visible(name(e)) and self._inside(name(e))]
+
+    def _inside(self, path: str) -> bool:
+        """False for a listed entry that is a link leaving the allowed roots (left out)."""
+        try:
+            self.check(path)
+        except StoreAccessError:
+            return False
+        return True
+
+    def exists(self, path: str, **kwargs: Any) -> bool:
+        """False for paths outside the student's part too, like ``os.path.exists``."""
+        return self._inside(path) and self._call(lambda: DirFileSystem.exists(self, path, **kwargs))
+
+    def isdir(self, path: str) -> bool:
+        """False for paths outside the student's part too."""
+        return self._inside(path) and self._call(lambda: DirFileSystem.isdir(self, path))
+
+    def isfile(self, path: str) -> bool:
+        """False for paths outside the student's part too."""
+        return self._inside(path) and self._call(lambda: DirFileSystem.isfile(self, path))
+
+    def open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
+        write = any(c in mode for c in "wxa+")
+        self.check(path, write=write)
+        if write and self.local and "a" not in mode and "+" not in mode:
+            return self._call(lambda: self._open_atomic(path, mode, **kwargs))
+        inner = self._call(lambda: DirFileSystem.open(self, path, mode, **kwargs))
+        return _StoreFile(inner, self._unavailable, write)
+
+    def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
+        if not self.local:
+            self.check(path, write=True)
+            return self._call(
+                lambda: DirFileSystem.pipe_file(self, path, value, mode=mode, **kwargs)
+            )
+        with self.open(path, "xb" if mode == "create" else "wb") as f:
+            f.write(value)
+        return None
+
+    def pipe(self, path: Any, value: bytes | None = None, **kwargs: Any) -> None:
+        items = path.items() if isinstance(path, dict) else [(path, value)]
+        for p, v in items:
+            self.pipe_file(p, v, **kwargs)
+
+    def write_text(self, path: str, value: str, encoding: str | None = None, **kwargs: Any) -> int:
+        with self.open(path, "w", encoding=encoding, **kwargs) as f:
+            return f.write(value)
+
+    def _open_atomic(self, path: str, mode: str, **kwargs: Any) -> _StoreFile:
+        target = self._join(self.view.check(self._strip_protocol(path), write=True))
+        if "x" in mode and self.fs.exists(target):
+            raise FileExistsError(f"{path!r} already exists in the course store")
+        folder, name = os.path.split(target)
+        temp = os.path.join(folder, f".{name}.scalelab-{secrets.token_hex(4)}.part")
+        inner = self.fs.open(temp, mode.replace("x", "w"), **kwargs)
+        return _StoreFile(inner, self._unavailable, True, temp, target)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else "no message"
+
+
+def _guarded(name: str, args_spec: tuple[tuple[int, str, bool], ...]) -> Callable[..., Any]:
+    base = getattr(DirFileSystem, name)
+
+    @functools.wraps(base)
+    def method(self: StudentStore, *args: Any, **kwargs: Any) -> Any:
+        for index, key, write in args_spec:
+            value = args[index] if len(args) > index else kwargs.get(key)
+            if value is not None:
+                self.check(value, write=write)
+        return self._call(lambda: base(self, *args, **kwargs))
+
+    return method
+
+
+def _listing(name: str) -> Callable[..., Any]:
+    base = getattr(DirFileSystem, name)
+
+    @functools.wraps(base)
+    def method(self: StudentStore, path: str, *args: Any, **kwargs: Any) -> Any:
+        split_path(self._strip_protocol(path))  # refuses absolute paths, URLs and ".."
+        result = self._call(lambda: base(self, path, *args, **kwargs))
+        if name == "walk":
+            return _filter_walk(self, result)
+        if isinstance(result, dict):
+            return {k: v for k, v in result.items() if self.view.visible(k)}
+        if isinstance(result, list):
+            return [p for p in result if self.view.visible(p)]
+        return result
+
+    return method
+
+
+def _filter_walk(store: StudentStore, walk: Any) -> Any:
+    for root, dirs, files in walk:
+        if root and not store.view.visible(root):
+            continue
+        keep = [d for d in dirs if store.view.visible(f"{root}/{d}".lstrip("/"))]
+        if isinstance(dirs, list):
+            dirs[:] = keep  # walk(topdown) descends only into what is kept
+            yield root, dirs, files
+        else:
+            yield root, {d: dirs[d] for d in keep}, files
+
+
+for _name, _spec in _METHODS.items():
+    setattr(StudentStore, _name, _guarded(_name, _spec))
+for _name in _LISTINGS:
+    setattr(StudentStore, _name, _listing(_name))
+
+
+class _StoreFile:
+    """A file of the store whose errors say when the store is unreachable.
+
+    Written files are published only by a clean close: on a local store the temporary file
+    ``temp`` is renamed onto ``target``; on an object store the back end uploads on close. A
+    ``with`` block left by an exception discards what was written (fsspec's own files would
+    upload the half that was written); the old file, if any, stays as it was.
+    """
+
+    def __init__(
+        self,
+        inner: Any,
+        unavailable: Callable[[BaseException], StoreUnavailableError | None],
+        writing: bool,
+        temp: str | None = None,
+        target: str | None = None,
+    ) -> None:
+        self._inner = inner
+        self._writing = writing
+        self._unavailable = unavailable
+        self._temp = temp
+        self._target = target
+        self._done = False
+
+    def _translate(self, exc: Exception) -> Exception:
+        unavailable = self._unavailable(exc)
+        return exc if unavailable is None else unavailable
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not callable(attr):
+            return attr
+
+        @functools.wraps(attr)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            except StoreError:
+                raise
+            except Exception as exc:
+                error = self._translate(exc)
+                if error is exc:
+                    raise
+                raise error from exc
+
+        return call
+
+    def __iter__(self) -> Any:
+        return iter(self._inner)
+
+    @property
+    def closed(self) -> bool:
+        return self._done or bool(getattr(self._inner, "closed", False))
+
+    def close(self) -> None:
+        """Finish the file and publish it (rename onto the target on a local store)."""
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._inner.close()
+            if self._temp is not None:
+                os.replace(self._temp, self._target)
+        except Exception as exc:
+            self._remove_temp()
+            self._abort()
+            error = self._translate(exc)
+            if error is exc:
+                raise
+            raise error from exc
+
+    def discard(self) -> None:
+        """Drop what was written; the target is left as it was."""
+        if self._done:
+            return
+        self._done = True
+        if self._temp is not None:
+            try:
+                self._inner.close()
+            finally:
+                self._remove_temp()
+        else:
+            self._abort()
+
+    def _abort(self) -> None:
+        discard = getattr(self._inner, "discard", None)  # fsspec buffered files: no upload
+        try:
+            if discard is not None:
+                discard()
+        except Exception:  # noqa: BLE001 -- best effort: the store may be gone
+            pass
+        if isinstance(self._inner, AbstractBufferedFile):
+            self._inner.closed = True  # its __del__ would try the upload again
+
+    def _remove_temp(self) -> None:
+        if self._temp is None:
+            return
+        try:
+            os.unlink(self._temp)
+        except OSError:
+            pass
+
+    def __enter__(self) -> _StoreFile:
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is not None and self._writing:
+            self.discard()
+        else:
+            self.close()
+
+
+def student_store(
+    user: str | None = None,
+    url: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> StudentStore:
+    """The student's part of the course store as an fsspec file system (a new instance each call).
+
+    ``store.open("datasets/fashion-mnist/...")`` reads a data set;
+    ``store.pipe_file(f"home/{user}/out.txt", b"...")`` writes to the home. See
+    :class:`StudentStore` for parameters and errors.
+    """
+    return StudentStore(user, url, storage_options, skip_instance_cache=True)
+
+
+def register_protocol() -> None:
+    """Register ``scalelab://`` with fsspec; idempotent. Done when this module is imported, so
+    in a kernel ``pd.read_csv("scalelab:///datasets/...")`` reads through the student's view,
+    and for jupyter-fs' drive."""
+    fsspec.register_implementation(PROTOCOL, StudentStore, clobber=True)
+
+
+register_protocol()

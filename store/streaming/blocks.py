@@ -1,0 +1,208 @@
+"""One shuffle buffer's reads -> one block of arrays: columns, stacked features, one permutation.
+
+Pure NumPy, no I/O. A *block* is a dict name -> array whose first axis is the buffer's rows. A
+:class:`BlockLayout` says which numeric columns become one ``(rows, k)`` array (``stack``) and
+which float type floating-point data comes out as (``float_dtype``). :func:`build_block` writes
+every output array once, into memory from an ``empty`` allocator (NumPy's, or shared memory
+for DataLoader workers, see :mod:`~scalelab.store.streaming.shared_batches`): a column is
+scattered straight
+into place; a stack is first laid out row-major (one ``np.stack`` per read) and then permuted
+with a single ``np.take`` of whole rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scalelab.store.errors import StoreError
+
+#: ``empty([(shape, dtype), ...]) -> [array, ...]``: allocates the arrays of one block or batch
+#: together (:func:`empty_arrays`, or one shared-memory segment for all of them).
+Allocator = Callable[[Sequence[tuple[tuple[int, ...], np.dtype]]], list[np.ndarray]]
+#: Float types ``float_dtype`` may name.
+FLOAT_DTYPES = ("float16", "float32", "float64")
+
+
+def empty_arrays(specs: Sequence[tuple[tuple[int, ...], np.dtype]]) -> list[np.ndarray]:
+    """``np.empty`` for each ``(shape, dtype)`` of ``specs``: the default :data:`Allocator`."""
+    return [np.empty(shape, dtype) for shape, dtype in specs]
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    """How a block's columns come out.
+
+    Attributes
+    ----------
+    stack
+        ``(key, (column, ...))`` pairs: those columns, in that order, become one C-contiguous
+        array of shape ``(rows, len(columns))`` under ``key``, instead of one array each. Their
+        dtype is NumPy's common type of the columns (``float64`` for the Million Song
+        features), then ``float_dtype`` if that is floating.
+    float_dtype
+        None keeps each floating-point column's own type; else every floating-point column and
+        stack comes out as this type (e.g. ``float32``: half the bytes of ``float64``).
+    """
+
+    stack: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    float_dtype: np.dtype | None = None
+    _stacked: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_stacked", frozenset(n for _, names in self.stack for n in names))
+
+    @classmethod
+    def build(
+        cls, stack: Mapping[str, Sequence[str]] | None = None, float_dtype: str | None = None
+    ) -> BlockLayout:
+        """Check user input and build a layout.
+
+        Raises
+        ------
+        ValueError
+            ``stack`` is not a mapping of key -> non-empty list of column names, a column is in
+            two stacks or twice in one, or ``float_dtype`` is not one of :data:`FLOAT_DTYPES`.
+        """
+        if float_dtype is not None and str(float_dtype) not in FLOAT_DTYPES:
+            raise ValueError(
+                f"float_dtype must be None or one of {', '.join(FLOAT_DTYPES)}, not {float_dtype!r}"
+            )
+        pairs: list[tuple[str, tuple[str, ...]]] = []
+        if stack is not None:
+            if not isinstance(stack, Mapping):
+                raise ValueError(
+                    "stack must be a dict key -> list of column names, e.g. "
+                    f"{{'features': ['f01', 'f02']}}, not {type(stack).__name__}"
+                )
+            seen: set[str] = set()
+            for key, names in stack.items():
+                if isinstance(names, str) or not isinstance(names, Sequence) or not names:
+                    raise ValueError(
+                        f"stack[{key!r}] must be a non-empty list of column names, not {names!r}"
+                    )
+                twice = sorted({n for n in names if n in seen or list(names).count(n) > 1})
+                if twice:
+                    raise ValueError(f"column(s) {twice} stacked twice: give each column once")
+                seen.update(names)
+                pairs.append((str(key), tuple(str(n) for n in names)))
+        return cls(tuple(pairs), None if float_dtype is None else np.dtype(float_dtype))
+
+    @property
+    def stacked(self) -> frozenset[str]:
+        """The names of all stacked columns."""
+        return self._stacked
+
+    def read_columns(self, columns: Sequence[str] | None) -> list[str] | None:
+        """Columns to read: ``columns`` plus any stacked column it leaves out (None: all)."""
+        if columns is None:
+            return None
+        extra = [n for _, names in self.stack for n in names if n not in columns]
+        return [*columns, *extra]
+
+    def check_names(self, names: Sequence[str], where: str) -> None:
+        """Refuse a layout whose keys clash with column names, or whose columns are missing.
+
+        Raises
+        ------
+        StoreError
+            A stacked column is not in ``names`` (the columns of shard ``where``), or a stack's
+            key is also the name of a column that is not stacked.
+        """
+        missing = sorted(self.stacked.difference(names))
+        if missing:
+            raise StoreError(f"{where}: no column(s) {missing} to stack; it has {list(names)}")
+        for key, _ in self.stack:
+            if key in names and key not in self.stacked:
+                raise StoreError(
+                    f"{where}: stack key {key!r} is also a column's name; choose another key"
+                )
+
+    def out_dtype(self, dtype: np.dtype) -> np.dtype:
+        """The dtype a column or stack of ``dtype`` comes out as."""
+        if self.float_dtype is not None and dtype.kind == "f":
+            return self.float_dtype
+        return dtype
+
+
+def stacked_dtype(
+    dtypes: Sequence[np.dtype], layout: BlockLayout, names: Sequence[str]
+) -> np.dtype:
+    """The dtype of a stack of columns of ``dtypes``: their common type, then ``float_dtype``.
+
+    Raises
+    ------
+    StoreError
+        A column is not a number or boolean column (``names`` are named in the message).
+    """
+    for name, dtype in zip(names, dtypes, strict=True):
+        if dtype.kind not in "biuf":
+            raise StoreError(
+                f"column {name!r} ({dtype}) cannot be stacked: stack only number or boolean columns"
+            )
+    return layout.out_dtype(np.result_type(*dtypes))
+
+
+def stack_columns(columns: Mapping[str, np.ndarray], names: Sequence[str]) -> np.ndarray:
+    """Columns ``names`` (1-D, equal length) as one C-contiguous ``(rows, len(names))`` array.
+
+    Raises
+    ------
+    StoreError
+        A column is not 1-D (e.g. a fixed-size binary image) or not a number.
+    """
+    for n in names:
+        if columns[n].ndim != 1:
+            raise StoreError(
+                f"column {n!r} (shape {columns[n].shape[1:]} a row) cannot be stacked: "
+                "stack only number or boolean columns"
+            )
+    stacked_dtype([columns[n].dtype for n in names], BlockLayout(), names)
+    return np.stack([columns[n] for n in names], axis=1)
+
+
+def build_block(
+    parts: Sequence[Mapping[str, np.ndarray]],
+    destination: np.ndarray | None,
+    layout: BlockLayout,
+    empty: Allocator = empty_arrays,
+) -> dict[str, np.ndarray]:
+    """Concatenate the reads ``parts`` (dicts name -> array, rows first) into one block.
+
+    Parameters
+    ----------
+    parts
+        The buffer's reads, in read order, all with the same names: unstacked columns under
+        their names (``(rows,)`` or ``(rows, w)``), each stack as its row-major ``(rows, k)``
+        array under its key (:func:`stack_columns`, or Arrow's ``RecordBatch.to_tensor``).
+    destination
+        None keeps the read order; else a permutation of ``range(total rows)``: row ``i`` of the
+        concatenated reads goes to row ``destination[i]`` of every output array (one vectorised
+        scatter of whole rows per read and array).
+    layout
+        The float type (``float_dtype``) the output arrays are cast to while they are written.
+    empty
+        Allocates the output arrays, all in one call (each is written exactly once).
+
+    Returns
+    -------
+    dict
+        The same names and shapes per row as ``parts``, ``total rows`` long. Every array is
+        writable and owns fresh memory from ``empty``.
+    """
+    first = parts[0]
+    total = sum(len(next(iter(p.values()))) for p in parts) if first else 0
+    specs = [((total, *a.shape[1:]), layout.out_dtype(a.dtype)) for a in first.values()]
+    out = dict(zip(first, empty(specs), strict=True))
+    for name, values in out.items():
+        start = 0
+        for part in parts:
+            chunk = part[name]
+            if destination is None:
+                values[start : start + len(chunk)] = chunk
+            else:
+                values[destination[start : start + len(chunk)]] = chunk
+            start += len(chunk)
+    return out
