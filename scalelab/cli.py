@@ -144,7 +144,7 @@ def _labs(args: argparse.Namespace) -> int:
 
 def _doctor(args: argparse.Namespace) -> int:
     from scalelab.commands.doctor import doctor_checks, exit_status, format_checks
-    from scalelab.commands.up import default_state_dir
+    from scalelab.commands.state_files import default_state_dir
 
     try:
         checks = doctor_checks(
@@ -168,7 +168,8 @@ def _config_reference(_args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from scalelab.commands.up import default_state_dir, run_up
+    from scalelab.commands.state_files import default_state_dir
+    from scalelab.commands.up import run_up
 
     return run_up(
         args.state_dir or default_state_dir(),
@@ -187,7 +188,7 @@ def _state_dir_source() -> str:
 
 
 def _data_fetch(args: argparse.Namespace) -> int:
-    from scalelab.commands.up import default_state_dir, default_store_url
+    from scalelab.commands.state_files import default_state_dir, default_store_url
     from scalelab.store import ALL_DATASETS, fetch_dataset, open_store
     from scalelab.store.access.fs import store_options_from_env
     from scalelab.store.errors import store_failure
@@ -229,10 +230,10 @@ class UsageError(Exception):
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``scalelab`` console script; returns the exit status."""
-    from scalelab.commands.up import UpError
-    from scalelab.store import StoreError
+    args = _parser().parse_args(argv)  # --help and usage errors exit here, before any import
+    from scalelab.commands.errors import UpError
+    from scalelab.store.errors import StoreError
 
-    args = _parser().parse_args(argv)
     handlers = {"up": _up, "data": _data_fetch, "kernels": _kernels_install}
     handlers["labs"] = _labs
     handlers["doctor"] = _doctor

@@ -15,54 +15,44 @@ The store is configured once, by ops, as ``ScaleLabSpawner.store_url`` and
 ``SCALELAB_STORE_URL`` and ``SCALELAB_STORE_OPTIONS`` (JSON), where this module reads them.
 """
 
-from scalelab.store.access.check import check_store
-from scalelab.store.access.fs import (
-    ENV_STORE_OPTIONS,
-    ENV_STORE_URL,
-    open_store,
-    store_settings,
-    store_url,
-)
-from scalelab.store.access.student import StudentStore, student_store
-from scalelab.store.datasets.catalog import (
-    ALL_DATASETS,
-    DATASETS,
-    CsvTableSpec,
-    DatasetSpec,
-    FileSpec,
-)
-from scalelab.store.datasets.fetch import fetch_dataset, missing_datasets
-from scalelab.store.errors import (
-    ChecksumError,
-    ContentCheckError,
-    DataSourceError,
-    StoreAccessError,
-    StoreConfigError,
-    StoreError,
-    StoreUnavailableError,
-)
+from __future__ import annotations
 
-__all__ = [
-    "ALL_DATASETS",
-    "DATASETS",
-    "ENV_STORE_OPTIONS",
-    "ENV_STORE_URL",
-    "ChecksumError",
-    "ContentCheckError",
-    "CsvTableSpec",
-    "DataSourceError",
-    "DatasetSpec",
-    "FileSpec",
-    "StoreAccessError",
-    "StoreConfigError",
-    "StoreError",
-    "StoreUnavailableError",
-    "StudentStore",
-    "check_store",
-    "fetch_dataset",
-    "missing_datasets",
-    "open_store",
-    "store_settings",
-    "store_url",
-    "student_store",
-]
+import importlib
+from typing import Any
+
+#: Public name -> the module that defines it, imported on first use: a light module of the
+#: store (``scalelab.store.errors``) then does not pull in fsspec's back ends and pyarrow.
+_PUBLIC = {
+    **dict.fromkeys(
+        ["ALL_DATASETS", "DATASETS", "CsvTableSpec", "DatasetSpec", "FileSpec"],
+        "scalelab.store.datasets.catalog",
+    ),
+    **dict.fromkeys(["fetch_dataset", "missing_datasets"], "scalelab.store.datasets.fetch"),
+    **dict.fromkeys(
+        [
+            "ChecksumError",
+            "ContentCheckError",
+            "DataSourceError",
+            "StoreAccessError",
+            "StoreConfigError",
+            "StoreError",
+            "StoreUnavailableError",
+        ],
+        "scalelab.store.errors",
+    ),
+    "check_store": "scalelab.store.access.check",
+    **dict.fromkeys(
+        ["ENV_STORE_OPTIONS", "ENV_STORE_URL", "open_store", "store_settings", "store_url"],
+        "scalelab.store.access.fs",
+    ),
+    **dict.fromkeys(["StudentStore", "student_store"], "scalelab.store.access.student"),
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'scalelab.store' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value
+    return value

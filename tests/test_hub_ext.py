@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import scalelab
 from scalelab.cli import main
 from scalelab.commands.up import (
     StateLock,
@@ -27,7 +28,7 @@ from scalelab.commands.up import (
     wait_ready,
 )
 from scalelab.commands.up_config import UpSettings, config_file_text, embedded_config
-from scalelab.hub_ext.labs.sync import bundled_labs, distribute_labs
+from scalelab.hub_ext.labs.sync import bundled_labs, sync_labs
 
 
 def _settings(tmp_path: Path) -> UpSettings:
@@ -41,7 +42,7 @@ def _settings(tmp_path: Path) -> UpSettings:
 
 
 def test_embedded_config_serves_loopback_with_password_and_scalelab_spawner(tmp_path: Path):
-    c = embedded_config(_settings(tmp_path), "s3cret-pass")
+    c = scalelab.configure(embedded_config(_settings(tmp_path), "s3cret-pass"))
     assert (c.JupyterHub.ip, c.JupyterHub.port) == ("127.0.0.1", 8000)
     assert c.JupyterHub.db_url == f"sqlite:///{tmp_path / 'jupyterhub.sqlite'}"
     assert c.JupyterHub.authenticator_class == "shared-password"
@@ -145,12 +146,18 @@ def test_labs_are_copied_once_and_a_student_copy_is_never_touched(tmp_path: Path
     assert set(labs) == {"lab1_millionsong_regression.ipynb", "lab2_fashion_mnist_convnet.ipynb"}
     (tmp_path / "lab1_millionsong_regression.ipynb").write_text("my own work")
     beside = "lab1_millionsong_regression (v2).ipynb"  # the release, beside the student's file
-    assert distribute_labs(tmp_path) == ["lab2_fashion_mnist_convnet.ipynb", beside]
+    report = sync_labs(tmp_path)
+    assert (report.copied, report.updated, report.beside) == (
+        ["lab2_fashion_mnist_convnet.ipynb"],
+        [],
+        [beside],
+    )
     assert (tmp_path / "lab1_millionsong_regression.ipynb").read_text() == "my own work"
     assert (tmp_path / "lab2_fashion_mnist_convnet.ipynb").read_bytes() == labs[
         "lab2_fashion_mnist_convnet.ipynb"
     ]
-    assert distribute_labs(tmp_path) == []
+    again = sync_labs(tmp_path)
+    assert again.copied + again.updated + again.beside == []
     files = sorted(p.name for p in tmp_path.iterdir() if p.is_file())
     assert files == sorted([*labs, beside])  # no temporary files left
 

@@ -11,11 +11,12 @@ the hub starts (:func:`scalelab.spawner.gpu_spawner.validate_config` and
 from __future__ import annotations
 
 import copy
-import difflib
 import traceback
 from pathlib import Path
 
 from traitlets.config import Config
+
+from scalelab.common.strictconfig import check_section
 
 
 class ConfigProblem(Exception):
@@ -94,56 +95,67 @@ def load_config_file(path: str | Path) -> Config:
         ) from None
 
 
-def validate_hub_config(c: Config, source: str = "your config file") -> None:
-    """Run the validation the hub runs at start on ``c`` (not changed).
+def spawner_class_of(c: Config) -> type:
+    """The spawner class ``c`` configures: ``c.JupyterHub.spawner_class`` as JupyterHub resolves
+    it (an entry point name such as ``"scalelab"``, an import string, or a class); default
+    ``"scalelab"``, which :func:`scalelab.configure` sets.
 
     Raises
     ------
     ConfigProblem
-        A misspelt ``GPUPolicy``/``ScaleLabCulling``/``ScaleLabSpawner``/``LivySettings``
-        setting or key, a bad value, profile, declared GPU, memory size or Livy session field;
-        the message names it (traitlets' or ScaleLab's words).
+        It cannot be loaded (a misspelt name, a module that fails to import).
     """
-    from scalelab.hub_ext.services.culling import configure_culling
-    from scalelab.kernels.livy import LivySettings
-    from scalelab.spawner.gpu_spawner import validate_config
-    from scalelab.spawner.local import ScaleLabSpawner
+    from jupyterhub.app import JupyterHub
 
+    value = c.JupyterHub["spawner_class"] if "spawner_class" in c.JupyterHub else "scalelab"
+    trait = JupyterHub.class_traits()["spawner_class"]
+    try:
+        return trait.validate(JupyterHub, value)
+    except Exception as exc:  # noqa: BLE001 -- traitlets' TraitError, or the import's own error
+        raise ConfigProblem(
+            f"c.JupyterHub.spawner_class = {value!r} cannot be loaded: {exc}",
+            'Set it to "scalelab" (ScaleLab\'s local-process spawner) or to the import path of '
+            "a spawner class that includes scalelab.spawner.course.CourseSpawnerMixin.",
+        ) from None
+
+
+def validate_hub_config(c: Config, source: str = "your config file") -> None:
+    """Run the validation the hub runs at start on ``c`` (not changed).
+
+    It checks the spawner's settings (GPU profiles, declared GPUs, memory sizes, and every
+    setting's name), then each hub section of
+    :data:`scalelab.common.config_registry.CONFIG_CLASSES` (names and values).
+
+    Raises
+    ------
+    ConfigProblem
+        A misspelt setting or key, a bad value, profile, declared GPU, memory size or Livy
+        session field; the message names it (traitlets' or ScaleLab's words), the fix says
+        where to correct it.
+    """
+    from scalelab.common.config_registry import hub_classes
+    from scalelab.hub_ext.services.culling import configure_culling
+    from scalelab.spawner.gpu_spawner import validate_config
+
+    spawner_class = spawner_class_of(c)
     try:
         validate_config(c)
-        configure_culling(copy.deepcopy(c))  # it adds services to the config it is given
-        check_section_keys(c, ScaleLabSpawner)
-        check_section_keys(c, LivySettings)
-        LivySettings(config=c)  # its values (session_configs) are checked when it is made
+        for entry in hub_classes():
+            cls = entry.load()
+            if entry.includes:  # the spawner's section: the configured class's own settings
+                check_section(c, spawner_class, entry.name)
+                continue
+            check_section(c, cls)
+            if entry.name == "ScaleLabCulling":
+                configure_culling(copy.deepcopy(c))  # it adds services to the config it is given
+            else:
+                cls(config=c)  # values are checked when the object is made
     except Exception as exc:  # noqa: BLE001 -- traitlets raises TraitError, ours ValueError
         raise ConfigProblem(
             f"the configuration is not valid: {exc}",
             f"Correct that setting in {source}; `scalelab config-reference` lists every "
             "setting with its type.",
         ) from None
-
-
-def check_section_keys(c: Config, cls: type) -> None:
-    """Raise ``ValueError`` naming each key of ``c.<cls name>`` that ``cls`` has no setting for.
-
-    traitlets only warns about those (and the hub starts with the setting ignored); ScaleLab's
-    sections refuse them. The message suggests the nearest setting name, e.g.
-    ``c.ScaleLabSpawner has unknown setting(s) ['store_ulr'] (did you mean 'store_url'?)``.
-    """
-    name = cls.__name__
-    if name not in c:
-        return
-    known = set(cls.class_trait_names(config=True))
-    unknown = sorted(set(c[name]) - known)
-    if not unknown:
-        return
-    hints = [
-        f"{key!r} -> {close[0]!r}"
-        for key in unknown
-        if (close := difflib.get_close_matches(key, known, n=1, cutoff=0.6))
-    ]
-    hint = f" (did you mean {', '.join(hints)}?)" if hints else ""
-    raise ValueError(f"c.{name} has unknown setting(s) {unknown}{hint}")
 
 
 def check_hub_config(base: Config, operator_config: str | Path | None) -> Config:

@@ -242,9 +242,3 @@ def _place_beside(home: Path, name: str, content: bytes, version: int) -> tuple[
         if existing is None and _create_new(home / beside, noticed):
             return beside, sha
     raise FileExistsError(f"no free name for version {version} of {name} in {home}")
-
-
-def distribute_labs(home: str | Path, labs: dict[str, bytes] | None = None) -> list[str]:
-    """:func:`sync_labs`, returning only the names of files written (copied, updated, beside)."""
-    report = sync_labs(home, labs)
-    return report.copied + report.updated + report.beside

@@ -1,9 +1,10 @@
 """The configuration reference (Markdown), generated from the help text of ScaleLab's traits.
 
 ``scalelab config-reference`` prints it; ``docs/config-reference.md`` is its committed output,
-which a test keeps up to date. Only settings that ScaleLab defines are listed (a
-``ScaleLabSpawner`` also takes every ``LocalProcessSpawner`` and ``Spawner`` setting, which
-JupyterHub documents).
+which a test keeps up to date. The classes are those of
+:data:`scalelab.common.config_registry.CONFIG_CLASSES`. Only settings that ScaleLab defines are
+listed (a ``ScaleLabSpawner`` also takes every ``LocalProcessSpawner`` and ``Spawner`` setting,
+which JupyterHub documents).
 """
 
 from __future__ import annotations
@@ -13,15 +14,12 @@ import textwrap
 
 from traitlets import HasTraits, TraitType
 
+from scalelab.common.config_registry import CONFIG_CLASSES
 
-def _classes() -> list[type[HasTraits]]:
-    from scalelab.hub_ext.server.store_drive import StoreDrive
-    from scalelab.hub_ext.services.culling import ScaleLabCulling
-    from scalelab.kernels.livy import LivySettings
-    from scalelab.spawner.local import ScaleLabSpawner
-    from scalelab.spawner.policy import GPUPolicy
-
-    return [ScaleLabSpawner, GPUPolicy, ScaleLabCulling, LivySettings, StoreDrive]
+_WHERE = {
+    "hub": "Set in `jupyterhub_config.py`; a misspelt name stops the hub, naming the nearest one.",
+    "server": "Set in the single-user servers' `jupyter_server_config.py`.",
+}
 
 
 def _own(cls: type[HasTraits]) -> dict[str, TraitType]:
@@ -54,12 +52,14 @@ def reference_text() -> str:
         "# Configuration reference",
         "",
         "Generated from the traits' help text by `scalelab config-reference`; do not edit.",
-        "Set these in `jupyterhub_config.py` (with `scalelab up`: the file given to `--config`).",
-        "A misspelt `GPUPolicy` or `ScaleLabCulling` setting stops the hub with its name.",
+        "With `scalelab up`, `jupyterhub_config.py` is the file given to `--config`; in your own",
+        "hub, `scalelab.configure(c)` at its end checks every hub section below.",
     ]
-    for cls in _classes():
+    for entry in CONFIG_CLASSES:
+        cls = entry.load()
         doc = textwrap.dedent(cls.__doc__ or "").strip().split("\n\n")[0]
         parts += ["", f"## {cls.__name__}", "", " ".join(doc.split()), ""]
+        parts += [_WHERE[entry.config_file], ""]
         parts += ["| setting | type | default | meaning |", "| --- | --- | --- | --- |"]
         for name, trait in _own(cls).items():
             parts.append(

@@ -27,6 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scalelab.commands.state_files import StateFolder
+from scalelab.kernels.spark_defaults import DEFAULT_SPARK_MASTER
+
 OK, WARN, FAIL = "ok", "warn", "fail"
 #: Oldest Java that Spark 4 runs on.
 MIN_JAVA = 17
@@ -342,7 +345,7 @@ def _get(section: Any, key: str, default: Any) -> Any:
 
 def _hub_config(state_dir: Path, ip: str, port: int, store_url: str | None) -> Any:
     """``scalelab up``'s embedded configuration for ``state_dir`` (a traitlets ``Config``)."""
-    from scalelab.commands.up import default_store_url
+    from scalelab.commands.state_files import default_store_url
     from scalelab.commands.up_config import UpSettings, embedded_config
 
     settings = UpSettings(
@@ -388,7 +391,7 @@ def load_settings(
         store_url=store_url or _get(spawner, "store_url", ""),
         store_options=dict(_get(spawner, "store_options", {})),
         home_root=_get(spawner, "home_root", ""),
-        spark_master=_get(spawner, "spark_master", "local[*]"),
+        spark_master=_get(spawner, "spark_master", DEFAULT_SPARK_MASTER),
         db_url=_get(c.JupyterHub, "db_url", "sqlite:///jupyterhub.sqlite"),
         declared_gpus=list(_get(spawner, "declared_gpus", [])),
         exclude_gpus=list(_get(spawner, "exclude_gpus", [])),
@@ -458,7 +461,7 @@ def hub_pids(state_dir: Path) -> set[int]:
     import psutil
 
     try:
-        owner = json.loads((Path(state_dir) / "scalelab-up.lock").read_text() or "{}")
+        owner = json.loads(StateFolder(Path(state_dir)).lock.read_text() or "{}")
         proc = psutil.Process(int(owner["pid"]))
         return {proc.pid, *(p.pid for p in proc.children(recursive=True))}
     except (OSError, ValueError, KeyError, TypeError, psutil.Error):

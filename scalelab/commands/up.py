@@ -34,11 +34,12 @@ import fsspec
 import psutil
 
 from scalelab import envvars
+from scalelab.commands.errors import UpError
+from scalelab.commands.state_files import StateFolder, default_store_url
 from scalelab.commands.up_config import (
     UpSettings,
     config_file_text,
     embedded_config,
-    kernelspec_dir,
 )
 from scalelab.commands.upstate import earlier_run, make_state_dir
 from scalelab.common.pdeathsig import die_with_parent
@@ -55,23 +56,6 @@ STOP_TIMEOUT_S = 120
 MIN_PASSWORD_LENGTH = 8
 #: Signals that stop ``scalelab up`` cleanly: Ctrl-C, ``kill``, the terminal closed.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-class UpError(Exception):
-    """A problem ``scalelab up`` reports in one message, without a traceback."""
-
-
-def default_state_dir() -> Path:
-    """``$SCALELAB_STATE_DIR``, else ``$XDG_DATA_HOME/scalelab`` (``~/.local/share/scalelab``)."""
-    if os.environ.get(envvars.STATE_DIR):
-        return Path(os.environ[envvars.STATE_DIR]).expanduser()
-    data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(data_home) / "scalelab"
-
-
-def default_store_url(state_dir: Path) -> str:
-    """The embedded course store: the folder ``<state dir>/store`` as a ``file://`` URL."""
-    return (state_dir.resolve() / "store").as_uri()
 
 
 def absolute_store_url(store_url: str, cwd: Path | None = None) -> str:
@@ -144,7 +128,7 @@ def prepare_state_dir(state_dir: Path, source: str = "--state-dir") -> None:
         It is a file, cannot be created, or is not writable; nothing was created.
         ``source`` names where the folder came from (``--state-dir``, ``$SCALELAB_STATE_DIR``).
     """
-    reason = make_state_dir(state_dir, ("homes", "logs"))
+    reason = make_state_dir(state_dir, StateFolder.SUBFOLDERS)
     if reason is not None:
         raise UpError(f"cannot use {source} {state_dir}: {reason}; choose a folder you can write")
 
@@ -419,7 +403,8 @@ def run_up(
     if operator_config and not Path(operator_config).is_file():
         raise UpError(f"the config file {operator_config} does not exist.")
     prepare_state_dir(state_dir, state_source)
-    lock = StateLock(state_dir / "scalelab-up.lock")
+    files = StateFolder(state_dir)
+    lock = StateLock(files.lock)
     lock.acquire(url)
     try:
         check_no_earlier_run(state_dir)
@@ -430,8 +415,8 @@ def run_up(
             check_hub_config(embedded_config(settings, password), operator_config)
         except ConfigProblem as exc:
             raise UpError(f"{exc}. {exc.fix}") from None
-        install_kernelspecs(kernelspec_dir(state_dir))
-        config_path = state_dir / "jupyterhub_config.py"
+        install_kernelspecs(files.kernelspecs)
+        config_path = files.config_file
         config_path.write_text(config_file_text(settings, operator_config))
         hint = data_hint(settings.store_url)
         return _serve(settings, config_path, password, generated, hint, out)
@@ -449,7 +434,7 @@ def _serve(
 ) -> int:
     state_dir = Path(settings.state_dir)
     url = f"http://{settings.ip}:{settings.port}/"
-    log_path = state_dir / "logs" / "jupyterhub.log"
+    log_path = StateFolder(state_dir).hub_log
     log_offset = log_path.stat().st_size if log_path.exists() else 0
     env = {**os.environ, envvars.PASSWORD: password}
     stop = threading.Event()

@@ -4,7 +4,9 @@ What they set up on one machine: JupyterHub on loopback with SQLite, configurabl
 ScaleLab's spawner with homes under the state folder (no system accounts), Spark ``local[*]``,
 the course store as a local folder, and a shared-password login (JupyterHub's
 ``SharedPasswordAuthenticator``). Ops change any of it in their own ``jupyterhub_config.py``,
-given to ``scalelab up --config``, which is loaded after these defaults.
+given to ``scalelab up --config``, which is loaded after these defaults. The generated file ends
+with ``scalelab.configure(c)`` (:mod:`scalelab.hub_ext.hub.install`), which adds ScaleLab's
+spawner class, pages, services and checks, as in any other hub.
 """
 
 from __future__ import annotations
@@ -15,9 +17,7 @@ from pathlib import Path
 
 from traitlets.config import Config
 
-from scalelab.hub_ext.hub.gpu_board import handlers as gpu_board_handlers
-from scalelab.hub_ext.hub.server_logs import handlers as server_log_handlers
-from scalelab.templates import templates_dir
+from scalelab.commands.state_files import StateFolder
 
 #: User names ``scalelab up`` accepts at login (JupyterHub's ``Authenticator.username_pattern``,
 #: matched after JupyterHub lowercases the name): lowercase letters, digits, ``.``, ``_``, ``-``,
@@ -63,7 +63,7 @@ class UpSettings:
 
 def kernelspec_dir(state_dir: str | Path) -> Path:
     """Jupyter data folder where ``scalelab up`` writes the kernelspecs."""
-    return Path(state_dir) / "share" / "jupyter"
+    return StateFolder(Path(state_dir)).kernelspecs
 
 
 def embedded_config(s: UpSettings, password: str) -> Config:
@@ -80,39 +80,35 @@ def embedded_config(s: UpSettings, password: str) -> Config:
     -------
     traitlets.config.Config
         ``JupyterHub``, ``ConfigurableHTTPProxy``, ``SharedPasswordAuthenticator`` and
-        ``ScaleLabSpawner`` sections.
+        ``ScaleLabSpawner`` sections (without what :func:`scalelab.configure` adds).
     """
-    state = Path(s.state_dir)
+    state = StateFolder(Path(s.state_dir))
     c = Config()
     c.JupyterHub.ip = s.ip
     c.JupyterHub.port = s.port
     c.JupyterHub.hub_ip = "127.0.0.1"
     c.JupyterHub.hub_port = s.hub_port
-    c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
-    c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
-    c.JupyterHub.pid_file = str(state / "jupyterhub.pid")
+    c.JupyterHub.db_url = f"sqlite:///{state.database}"
+    c.JupyterHub.cookie_secret_file = str(state.cookie_secret)
+    c.JupyterHub.pid_file = str(state.hub_pid)
     c.JupyterHub.cleanup_servers = True
     c.JupyterHub.cleanup_proxy = True
     c.JupyterHub.concurrent_spawn_limit = 10  # more pending spawns: 429 "Try again"
-    c.JupyterHub.template_paths = [str(templates_dir())]
-    c.JupyterHub.extra_handlers = gpu_board_handlers()
-    c.JupyterHub.extra_handlers += server_log_handlers()  # live logs for ops
     c.ConfigurableHTTPProxy.command = list(s.proxy_command)
     c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{s.proxy_api_port}"
-    c.ConfigurableHTTPProxy.pid_file = str(state / "jupyterhub-proxy.pid")
+    c.ConfigurableHTTPProxy.pid_file = str(state.proxy_pid)
 
     c.JupyterHub.authenticator_class = "shared-password"
     c.SharedPasswordAuthenticator.user_password = password
     c.Authenticator.allow_all = True  # anyone who knows the course password may log in
     c.Authenticator.username_pattern = USERNAME_PATTERN  # every name can be a home folder
 
-    c.JupyterHub.spawner_class = "scalelab"
-    c.ScaleLabSpawner.home_root = str(state / "homes")
+    c.ScaleLabSpawner.home_root = str(state.homes)
     c.ScaleLabSpawner.store_url = s.store_url
     c.ScaleLabSpawner.spark_master = "local[*]"
-    c.ScaleLabSpawner.kernelspec_path = [str(kernelspec_dir(state))]
-    c.ScaleLabSpawner.gpu_queue_file = str(state / "gpu-queue.json")
-    c.ScaleLabSpawner.server_log_dir = str(state / "logs" / "servers")
+    c.ScaleLabSpawner.kernelspec_path = [str(state.kernelspecs)]
+    c.ScaleLabSpawner.gpu_queue_file = str(state.gpu_queue)
+    c.ScaleLabSpawner.server_log_dir = str(state.server_logs)
     c.Spawner.http_timeout = 90
     c.Spawner.start_timeout = 180
     return c
@@ -134,11 +130,7 @@ def config_file_text(s: UpSettings, operator_config: str | None) -> str:
     if operator_config:
         lines.append(f"load_subconfig({str(Path(operator_config).resolve())!r})")
     lines += [
-        "from scalelab.spawner.gpu_spawner import validate_config",
-        "validate_config(c)  # a misspelt GPU setting stops the hub here, with its name",
-        "from scalelab.spawner.hubstart import start_with_hub",
-        "start_with_hub()  # GPU inventory at start; queued spawns started again after a restart",
-        "from scalelab.hub_ext.services.culling import configure_culling",
-        "configure_culling(c)  # the idle culler and the GPU monitor, as hub services",
+        "import scalelab",
+        "scalelab.configure(c)  # spawner, pages, services, checks, GPU queue: see the README",
     ]
     return "\n".join(lines) + "\n"

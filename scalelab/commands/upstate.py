@@ -14,12 +14,7 @@ from pathlib import Path
 
 import psutil
 
-#: Written by JupyterHub (``c.JupyterHub.pid_file``) at start, removed on a clean stop.
-HUB_PID_FILE = "jupyterhub.pid"
-#: Written by JupyterHub for the proxy it starts (``c.ConfigurableHTTPProxy.pid_file``).
-PROXY_PID_FILE = "jupyterhub-proxy.pid"
-#: The configuration ``scalelab up`` writes and starts the hub with (``jupyterhub -f``).
-CONFIG_FILE = "jupyterhub_config.py"
+from scalelab.commands.state_files import StateFolder
 
 
 def make_state_dir(path: Path, subfolders: Iterable[str] = ()) -> str | None:
@@ -101,12 +96,13 @@ def earlier_run(state_dir: Path) -> tuple[str, int] | None:
     -------
     ("hub", pid), ("proxy", pid) or None
     """
-    config = str(state_dir / CONFIG_FILE)
-    hub = _live_pid(state_dir / HUB_PID_FILE, lambda argv: config in argv and "jupyterhub" in argv)
+    files = StateFolder(state_dir)
+    config = str(files.config_file)
+    hub = _live_pid(files.hub_pid, lambda argv: config in argv and "jupyterhub" in argv)
     if hub is not None:
         return "hub", hub
     proxy = _live_pid(
-        state_dir / PROXY_PID_FILE,
+        files.proxy_pid,
         lambda argv: any("configurable-http-proxy" in arg for arg in argv),
     )
     if proxy is not None:

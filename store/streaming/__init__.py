@@ -28,4 +28,6 @@ __all__ = sorted(_PUBLIC)
 def __getattr__(name: str) -> Any:
     if name not in _PUBLIC:
         raise AttributeError(f"module 'scalelab.store.streaming' has no attribute {name!r}")
-    return getattr(importlib.import_module(_PUBLIC[name]), name)
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value
+    return value

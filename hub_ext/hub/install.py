@@ -1,0 +1,103 @@
+"""``scalelab.configure(c)``: ScaleLab installed into a JupyterHub configuration, in one call.
+
+The one way in, for ``scalelab up``'s generated configuration and for an operator's own
+``jupyterhub_config.py`` alike::
+
+    import scalelab
+    scalelab.configure(c)  # last, after every other setting
+
+It runs inside the hub process (JupyterHub reads its configuration file in its event loop) and
+in ``scalelab up`` / ``scalelab doctor``, which check a configuration before any hub starts.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from traitlets.config import Config
+
+from scalelab.hub_ext.hub.config_check import ConfigProblem, validate_hub_config
+
+#: Whether the hub-start work (GPU inventory, restart of the saved queue) is scheduled already:
+#: ``configure`` may run twice in one hub (an operator's file loaded by ``scalelab up``'s).
+_hub_start_scheduled = False
+
+
+def _extend(section: Any, key: str, items: list, same: Any = None) -> None:
+    """Append ``items`` to the list setting ``section[key]``, skipping those already there
+    (compared by ``same(item)``, default the item itself)."""
+    same = same or (lambda item: item)
+    current = list(section[key]) if key in section else []
+    seen = {same(item) for item in current}
+    section[key] = current + [item for item in items if same(item) not in seen]
+
+
+def _running_hub() -> Any:
+    """The JupyterHub application whose configuration is being read, or None (a check from
+    ``scalelab up`` or ``doctor``, a test)."""
+    if "jupyterhub.app" not in sys.modules:
+        return None
+    from jupyterhub.app import JupyterHub
+
+    return JupyterHub.instance() if JupyterHub.initialized() else None
+
+
+def configure(c: Config) -> Config:
+    """Install ScaleLab into the hub configuration ``c`` (changed in place); call it last in
+    ``jupyterhub_config.py``, after every other setting. Safe to call twice.
+
+    What it does:
+
+    - ``c.JupyterHub.spawner_class = "scalelab"`` (:class:`~scalelab.spawner.ScaleLabSpawner`)
+      unless the file chose a spawner class;
+    - ScaleLab's templates folder (login, spawn form, pending page, ops pages) appended to
+      ``c.JupyterHub.template_paths``, after the operator's own folders;
+    - the GPU board (``/hub/scalelab/gpus``, ``/hub/api/scalelab/gpus``) and the ops' server-log
+      pages (``/hub/scalelab/logs/...``) added to ``c.JupyterHub.extra_handlers``;
+    - the idle culler and the GPU monitor as hub services, with their roles
+      (``c.ScaleLabCulling``, :func:`scalelab.hub_ext.services.culling.configure_culling`);
+    - every ScaleLab setting checked, as ``scalelab up`` and ``scalelab doctor`` check it
+      (:func:`~scalelab.hub_ext.hub.config_check.validate_hub_config`): misspelt names, bad
+      values, profiles, declared GPUs;
+    - in a starting hub, the GPU inventory built at start and the GPU queue saved before a
+      restart started again (:func:`scalelab.spawner.hubstart.start_with_hub`).
+
+    Returns
+    -------
+    traitlets.config.Config
+        ``c`` itself.
+
+    Raises
+    ------
+    ConfigProblem
+        A setting is not valid (the message names it, ``fix`` says what to change). In a
+        starting JupyterHub the problem and its fix are logged instead as one critical line and
+        the hub exits with status 1, without a traceback.
+    """
+    from scalelab.hub_ext.hub import gpu_board, server_logs
+    from scalelab.hub_ext.services.culling import configure_culling
+    from scalelab.templates import templates_dir
+
+    hub = c.JupyterHub
+    if "spawner_class" not in hub:
+        hub.spawner_class = "scalelab"
+    _extend(hub, "template_paths", [str(templates_dir())], same=str)
+    routes = [*gpu_board.handlers(), *server_logs.handlers()]
+    _extend(hub, "extra_handlers", routes, same=lambda route: route[0])
+    app = _running_hub()
+    source = getattr(app, "config_file", "") or "your config file"
+    try:
+        validate_hub_config(c, source)
+    except ConfigProblem as exc:
+        if app is None:
+            raise
+        app.log.critical("ScaleLab cannot start: %s. %s", exc, exc.fix)
+        raise SystemExit(1) from None
+    configure_culling(c)
+    global _hub_start_scheduled
+    if app is not None and not _hub_start_scheduled:
+        from scalelab.spawner.hubstart import start_with_hub
+
+        _hub_start_scheduled = start_with_hub()
+    return c

@@ -1,0 +1,162 @@
+"""The import directions of README.md's "Layout", checked on the source (no import runs).
+
+Each production module belongs to one room, named by the process that runs it; a room may
+import only the rooms listed for it below (lazy imports inside functions count too). And no two
+modules import each other, directly or through others.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Repository folder -> package (setup.cfg's package_dir).
+FOLDERS = {
+    "scalelab": "scalelab",
+    "hub_ext": "scalelab.hub_ext",
+    "spawner": "scalelab.spawner",
+    "kernels": "scalelab.kernels",
+    "store": "scalelab.store",
+    "templates": "scalelab.templates",
+    "notebooks": "scalelab.notebooks",
+}
+#: Module-name prefix -> room; the longest matching prefix wins.
+ROOMS = {
+    "scalelab": "facade",
+    "scalelab.__main__": "commands",
+    "scalelab.cli": "commands",
+    "scalelab.commands": "commands",
+    "scalelab.envvars": "leaves",
+    "scalelab.common": "leaves",
+    "scalelab.templates": "leaves",
+    "scalelab.notebooks": "leaves",
+    "scalelab.hub_ext": "hub",
+    "scalelab.hub_ext.hub": "hub",
+    "scalelab.hub_ext.gpu_board": "hub",
+    "scalelab.hub_ext.services": "services",
+    "scalelab.hub_ext.server": "server",
+    "scalelab.hub_ext.serverext": "server",
+    "scalelab.hub_ext.labs": "labs",
+    "scalelab.spawner": "spawner",
+    "scalelab.kernels": "kernels",
+    "scalelab.store": "store",
+}
+#: Which rooms each room may import (besides itself).
+ALLOWED = {
+    "facade": {"hub", "leaves"},
+    "commands": {"hub", "spawner", "kernels", "store", "labs", "leaves", "facade"},
+    "hub": {"spawner", "services", "kernels", "store", "leaves"},
+    "services": {"leaves"},
+    "spawner": {"kernels", "store", "leaves"},
+    "server": {"kernels", "store", "labs", "leaves"},
+    "labs": {"store", "leaves"},
+    "kernels": {"store", "leaves"},
+    "store": {"leaves"},
+    "leaves": set(),
+}
+
+
+def modules() -> dict[str, Path]:
+    """Every production module's name -> its file."""
+    found = {}
+    for folder, package in FOLDERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join([package, *parts])] = path
+    return found
+
+
+def room(module: str) -> str:
+    prefixes = [p for p in ROOMS if module == p or module.startswith(p + ".")]
+    return ROOMS[max(prefixes, key=len)]
+
+
+def imports(module: str, path: Path) -> Iterator[tuple[int, str]]:
+    """(line, imported ScaleLab module) for every import in ``path``, lazy ones included."""
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.split(".")[: len(module.split(".")) - node.level + is_package]
+                base = ".".join([*parts, base]) if base else ".".join(parts)
+            names = [f"{base}.{alias.name}" for alias in node.names]  # a module, or in one
+        else:
+            continue
+        for name in names:
+            if name == "scalelab" or name.startswith("scalelab."):
+                yield node.lineno, name
+
+
+def resolve(name: str, known: dict[str, Path]) -> str | None:
+    """The module ``name`` is, or is in (``from pkg import function`` names pkg)."""
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def edges() -> list[tuple[str, int, str]]:
+    known = modules()
+    found = []
+    for module, path in known.items():
+        for line, name in imports(module, path):
+            target = resolve(name, known)
+            if target and target != module:
+                found.append((module, line, target))
+    return found
+
+
+def test_every_module_has_a_room():
+    assert {room(m) for m in modules()} <= set(ALLOWED)
+    assert room("scalelab.hub_ext.server.extension") == "server"
+    assert room("scalelab.kernels.startup") == "kernels"
+
+
+def test_imports_follow_the_allowed_directions():
+    wrong = [
+        f"{modules()[src].relative_to(ROOT)}:{line}: {src} ({room(src)}) imports {dst} "
+        f"({room(dst)})"
+        for src, line, dst in edges()
+        if room(dst) != room(src) and room(dst) not in ALLOWED[room(src)]
+    ]
+    assert wrong == []
+
+
+def test_kernels_never_import_hub_ext():
+    assert [e for e in edges() if room(e[0]) == "kernels" and "hub_ext" in e[2]] == []
+
+
+def test_no_import_circle():
+    graph: dict[str, set[str]] = {}
+    for src, _line, dst in edges():
+        if not dst.startswith(src + "."):  # a package's own re-exports are not a circle
+            graph.setdefault(src, set()).add(dst)
+    circles = []
+    for start in graph:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph.get(node, ()):
+                if nxt == start:
+                    circles.append(" -> ".join([*path, start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*path, nxt]))
+    assert circles == []
+
+
+def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path):
+    source = "from .release import MARKERS\n\ndef f():\n    import scalelab.spawner.local\n"
+    path = tmp_path / "sync.py"
+    path.write_text(source)
+    found = [name for _line, name in imports("scalelab.hub_ext.labs.sync", path)]
+    assert found == ["scalelab.hub_ext.labs.release.MARKERS", "scalelab.spawner.local"]
+    assert resolve(found[0], modules()) == "scalelab.hub_ext.labs.release"
+    assert room("scalelab.spawner.local") not in ALLOWED["labs"]  # would be reported
+    assert room("scalelab.hub_ext.server.logstream") not in ALLOWED["kernels"]
