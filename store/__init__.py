@@ -17,8 +17,7 @@ The store is configured once, by ops, as ``ScaleLabSpawner.store_url`` and
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from scalelab.common.lazy import lazy_exports
 
 #: Public name -> the module that defines it, imported on first use: a light module of the
 #: store (``scalelab.store.errors``) then does not pull in fsspec's back ends and pyarrow.
@@ -49,10 +48,4 @@ _PUBLIC = {
 }
 __all__ = sorted(_PUBLIC)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _PUBLIC:
-        raise AttributeError(f"module 'scalelab.store' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_PUBLIC[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _PUBLIC)

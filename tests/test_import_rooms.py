@@ -8,6 +8,8 @@ modules import each other, directly or through others.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -160,3 +162,31 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path: Path):
     assert resolve(found[0], modules()) == "scalelab.hub_ext.labs.release"
     assert room("scalelab.spawner.local") not in ALLOWED["labs"]  # would be reported
     assert room("scalelab.hub_ext.server.logstream") not in ALLOWED["kernels"]
+
+
+def _imported(code: str) -> set[str]:
+    """Modules a fresh interpreter has imported after running ``code``."""
+    out = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport sys\nprint('\\n'.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return set(out.split())
+
+
+def test_a_kernel_start_pulls_in_no_server_or_hub_code():
+    loaded = _imported("import scalelab.kernels.startup")
+    assert {m for m in loaded if m.split(".")[0] in ("jupyter_server", "jupyterhub")} == set()
+    assert {m for m in loaded if m.startswith("scalelab.hub_ext")} == set()
+
+
+def test_data_fetch_help_imports_no_verb_hub_or_data_library():
+    code = (
+        "import sys\nfrom scalelab.cli import main\nsys.argv = ['scalelab']\n"
+        "try:\n    main(['data', 'fetch', '--help'])\nexcept SystemExit:\n    pass"
+    )
+    loaded = _imported(code)
+    heavy = {"jupyterhub", "jupyter_server", "fsspec", "pyarrow", "tornado", "traitlets"}
+    assert {m for m in loaded if m.split(".")[0] in heavy} == set()
+    assert {m for m in loaded if m.startswith(("scalelab.commands", "scalelab.hub_ext"))} == set()

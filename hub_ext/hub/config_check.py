@@ -3,9 +3,10 @@
 ``scalelab up --config FILE`` and ``scalelab doctor --config FILE`` both call
 :func:`check_hub_config`, so a misspelt ScaleLab setting, a bad value or a Python syntax error
 in ``FILE`` is one clear message (and its fix) before the hub starts, instead of a hub log
-traceback. The validation itself is the one the generated ``jupyterhub_config.py`` runs when
-the hub starts (:func:`scalelab.spawner.gpu_spawner.validate_config` and
-:func:`scalelab.hub_ext.services.culling.configure_culling`); this module only calls it earlier.
+traceback. The validation itself, :func:`validate_hub_config`, is the one
+:func:`scalelab.configure` runs when the hub reads its configuration; this module only lets the
+commands call it earlier. Which sections it checks comes from
+:data:`scalelab.common.config_registry.CONFIG_CLASSES`.
 """
 
 from __future__ import annotations

@@ -11,23 +11,10 @@ ARGV.
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import sys
 
-PR_SET_PDEATHSIG = 1
-
-
-def set_parent_death_signal(sig: int = signal.SIGTERM) -> bool:
-    """Ask for ``sig`` when the parent process dies; False where prctl is not available."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
+from scalelab.common.pdeathsig import set_parent_death_signal
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 from traitlets.config import Config
 
 from scalelab.commands.state_files import StateFolder
+from scalelab.kernels.spark_defaults import DEFAULT_SPARK_MASTER
 
 #: User names ``scalelab up`` accepts at login (JupyterHub's ``Authenticator.username_pattern``,
 #: matched after JupyterHub lowercases the name): lowercase letters, digits, ``.``, ``_``, ``-``,
@@ -105,7 +106,7 @@ def embedded_config(s: UpSettings, password: str) -> Config:
 
     c.ScaleLabSpawner.home_root = str(state.homes)
     c.ScaleLabSpawner.store_url = s.store_url
-    c.ScaleLabSpawner.spark_master = "local[*]"
+    c.ScaleLabSpawner.spark_master = DEFAULT_SPARK_MASTER
     c.ScaleLabSpawner.kernelspec_path = [str(state.kernelspecs)]
     c.ScaleLabSpawner.gpu_queue_file = str(state.gpu_queue)
     c.ScaleLabSpawner.server_log_dir = str(state.server_logs)

@@ -22,6 +22,30 @@ from collections.abc import Callable
 PR_SET_PDEATHSIG = 1
 
 
+def _prctl() -> Callable[..., int]:
+    """libc's ``prctl``, typed (look it up before a fork, not in the child)."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+def set_parent_death_signal(sig: int = signal.SIGTERM) -> bool:
+    """Ask Linux for ``sig`` in this process when its parent dies (kept across ``exec``).
+
+    Returns
+    -------
+    bool
+        True when set; False off Linux or where ``prctl`` cannot be called.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return _prctl()(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child receive ``sig`` when this process dies.
 
@@ -44,9 +68,7 @@ def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> Callable[[], None] 
     """
     if not sys.platform.startswith("linux"):
         return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork, not after
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
+    prctl = _prctl()  # looked up before the fork, not after
     parent = os.getpid()
     number = int(sig)
 

@@ -14,8 +14,7 @@ Public names, imported on first use (PyTorch and TensorFlow are heavy):
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from scalelab.common.lazy import lazy_exports
 
 _PUBLIC = {
     "TorchParquetDataset": "scalelab.store.streaming.torch_dataset",
@@ -24,10 +23,4 @@ _PUBLIC = {
 }
 __all__ = sorted(_PUBLIC)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _PUBLIC:
-        raise AttributeError(f"module 'scalelab.store.streaming' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_PUBLIC[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _PUBLIC)
