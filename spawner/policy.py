@@ -18,12 +18,12 @@ Example (``jupyterhub_config.py``)::
 from __future__ import annotations
 
 import datetime as dt
-import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from traitlets import Bool, Dict, Float, Integer, List, TraitError, validate
-from traitlets.config import Configurable
+
+from scalelab.common.strictconfig import StrictConfigurable
 
 #: Keys a limit may set.
 LIMIT_KEYS = frozenset({"max_gpus_per_server", "max_gpus_per_user"})
@@ -139,8 +139,15 @@ def _limit_values(where: str, entry: dict, allowed: frozenset[str]) -> dict:
     return entry
 
 
-class GPUPolicy(Configurable):
-    """Who may hold how many GPUs, and for how long (typed configuration, validated at start)."""
+class GPUPolicy(StrictConfigurable):
+    """Who may hold how many GPUs, and for how long (typed configuration, validated at start).
+
+    Raises
+    ------
+    traitlets.TraitError
+        When made with a misspelt setting (an ``UnknownSettingError``, see
+        :mod:`scalelab.common.strictconfig`), a bad value, or an unknown key in a limit.
+    """
 
     max_gpus_per_server = Integer(
         4, min=0, config=True, help="Most GPUs one server may hold. 0: servers get no GPU."
@@ -183,17 +190,6 @@ class GPUPolicy(Configurable):
         config=True,
         help="Whether JupyterHub admins are exempt from every GPU limit (not from the inventory).",
     )
-
-    def __init__(self, **kwargs):
-        with warnings.catch_warnings():  # traitlets only warns of unknown settings; we refuse them
-            warnings.filterwarnings("ignore", "Config option .* not recognized", UserWarning)
-            super().__init__(**kwargs)
-        known = set(self.class_trait_names(config=True))
-        unknown = set(self.config.get("GPUPolicy", {})) - known
-        if unknown:
-            raise TraitError(
-                f"c.GPUPolicy has unknown setting(s) {sorted(unknown)}; known: {sorted(known)}"
-            )
 
     @validate("group_limits")
     def _check_group_limits(self, proposal):

@@ -8,6 +8,7 @@ import pytest
 from traitlets import TraitError
 from traitlets.config import Config
 
+from scalelab.common.strictconfig import UnknownSettingError
 from scalelab.spawner.policy import GPUPolicy, PolicyError, check_request, effective_limits
 
 DEADLINE = dt.date(2027, 5, 20)
@@ -93,3 +94,12 @@ def test_requests_within_limits_pass():
 def test_misspelt_or_bad_configuration_is_an_error_at_start(settings, message):
     with pytest.raises(TraitError, match=message):
         _policy(**settings)
+
+
+def test_a_misspelt_setting_is_the_one_strict_config_message():
+    with pytest.raises(UnknownSettingError) as caught:
+        _policy(max_gpu_per_user=2)
+    assert str(caught.value) == (
+        "c.GPUPolicy has unknown setting(s) ['max_gpu_per_user'] "
+        "(did you mean 'max_gpu_per_user' -> 'max_gpus_per_user'?)"
+    )
