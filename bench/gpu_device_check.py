@@ -1,4 +1,5 @@
-"""Device check on a real NVIDIA GPU: NVML discovery, exclusive hand-over by UUID, release check.
+"""Device check on a real NVIDIA GPU: the NVML GPU source (discovery, readings, busy check),
+exclusive hand-over by UUID, release check.
 
 Run on a GPU machine (the project's device tool), from the repository root::
 
@@ -6,11 +7,14 @@ Run on a GPU machine (the project's device tool), from the repository root::
 
 Steps, each reported in one JSON object:
 
-1. ``scalelab.spawner.inventory.discover_nvml`` lists the GPUs (``inventory``, ``names``);
-2. the allocator grants one GPU, and a server-like child process started with the allocation's
-   environment (``CUDA_VISIBLE_DEVICES`` = the GPU's UUID) reports what PyTorch sees:
+1. ``scalelab.spawner.gpu_source.NVMLGPUs.discover`` lists the GPUs (``inventory``, ``names``);
+2. the allocator (busy check: the source's, in a worker thread, as the hub's pool does) grants
+   one GPU, and a server-like child process started with the allocation's environment
+   (``CUDA_VISIBLE_DEVICES`` = the GPU's UUID) reports what PyTorch sees:
    ``child_device_count`` (must be 1) and ``uuid_match`` (its device is the granted one);
-3. while a child still holds memory on the GPU, a release quarantines it
+3. the source's reading of the granted GPU while the child holds 256 MiB on it
+   (``reading_while_busy``: utilisation %, memory in use MiB; ``memory_seen``: at least 256);
+4. while a child still holds memory on the GPU, a release quarantines it
    (``quarantined_while_busy``, with NVML's ``reason``); once the child has exited, the
    re-check returns it to the pool (``free_after_exit``).
 
@@ -27,7 +31,7 @@ import sys
 
 from scalelab.spawner.allocator import GPUAllocator
 from scalelab.spawner.environment import server_environment
-from scalelab.spawner.inventory import discover_nvml, nvml_busy
+from scalelab.spawner.gpu_source import NVMLGPUs
 
 CHILD = """
 import json, sys, time, torch
@@ -49,10 +53,15 @@ def _child(env: dict[str, str], hold_s: float) -> subprocess.Popen:
 
 
 async def main() -> dict:
-    inventory = discover_nvml()
+    source = NVMLGPUs()
+    inventory = await asyncio.to_thread(source.discover)
     if not inventory.gpus:
         return {"inventory": 0, "reason": inventory.reason}
-    alloc = GPUAllocator([g.uuid for g in inventory.gpus], busy_check=nvml_busy)
+
+    async def busy_check(uuid: str) -> str | None:
+        return await asyncio.to_thread(source.busy, uuid)
+
+    alloc = GPUAllocator([g.uuid for g in inventory.gpus], busy_check=busy_check)
     holding = await alloc.acquire("check/", "check", 1)
     env = server_environment(
         store_url="file:///tmp", store_options={}, spark_master="local[*]",
@@ -61,6 +70,7 @@ async def main() -> dict:
     child = _child(env, hold_s=20)
     seen = json.loads(child.stdout.readline())
     granted = holding.gpus[0]
+    reading = (await asyncio.to_thread(source.utilization, [granted])).get(granted)
     released = await alloc.release("check/")  # the child still holds 256 MiB
     quarantined = alloc.ledger.quarantined()
     child.wait()
@@ -74,6 +84,8 @@ async def main() -> dict:
         "child_device": seen["name"],
         "uuid_match": granted.lower().removeprefix("gpu-")
         == seen["uuid"].lower().removeprefix("gpu-"),
+        "reading_while_busy": list(reading) if reading else None,
+        "memory_seen": bool(reading and reading[1] is not None and reading[1] >= 256),
         "released": list(released),
         "quarantined_while_busy": granted in quarantined,
         "reason": quarantined.get(granted),

@@ -1,4 +1,4 @@
-"""ScaleLab's GPU-aware spawner (``scalelab.spawner``).
+"""ScaleLab's course spawner layer, GPU allocation and queue (``scalelab.spawner``).
 
 Pure logic, apart from any I/O:
 
@@ -10,16 +10,32 @@ Pure logic, apart from any I/O:
 
 On the hub's event loop:
 
-- :mod:`~scalelab.spawner.inventory` -- GPUs from NVML (in a thread) or declared in the config;
-- :mod:`~scalelab.spawner.allocator` -- ledger, limits and queue behind one lock, per hub;
-- :mod:`~scalelab.spawner.gpu_spawner` -- the mixin that gives any spawner GPU profiles;
-- :mod:`~scalelab.spawner.local` -- :class:`ScaleLabSpawner`, servers as local processes.
+- :mod:`~scalelab.spawner.gpu_source` -- where GPUs and their readings come from (NVML, or
+  declared in the configuration), asked in a worker thread;
+- :mod:`~scalelab.spawner.allocator` -- ledger, limits and queue behind one lock;
+- :mod:`~scalelab.spawner.gpu_pool` -- the hub's one GPU pool: allocator, inventory, policy,
+  source, saved queue;
+- :mod:`~scalelab.spawner.gpu_spawner` -- GPU profiles, allocation and queue of a spawner;
+- :mod:`~scalelab.spawner.course` -- :class:`CourseSpawnerMixin`, the course layer any
+  JupyterHub spawner can take (store, Spark, kernels, Livy, GPUs);
+- :mod:`~scalelab.spawner.local` -- :class:`ScaleLabSpawner`, course servers as local processes;
+- :mod:`~scalelab.spawner.validation` -- :func:`validate_spawner_config`, a spawner class's
+  settings checked before the hub starts.
 
 Registered as ``scalelab`` under the ``jupyterhub.spawners`` entry point, so
 ``c.JupyterHub.spawner_class = "scalelab"`` selects it.
 """
 
+from scalelab.spawner.course import CourseSpawnerMixin
 from scalelab.spawner.inventory import GPU, GPUInventory, discover_gpus
 from scalelab.spawner.local import ScaleLabSpawner
+from scalelab.spawner.validation import validate_spawner_config
 
-__all__ = ["GPU", "GPUInventory", "ScaleLabSpawner", "discover_gpus"]
+__all__ = [
+    "GPU",
+    "CourseSpawnerMixin",
+    "GPUInventory",
+    "ScaleLabSpawner",
+    "discover_gpus",
+    "validate_spawner_config",
+]

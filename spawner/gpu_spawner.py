@@ -1,13 +1,14 @@
-"""GPUs for any JupyterHub spawner: profiles, validated ``user_options``, allocation and queue.
+"""GPUs of a course server: profiles, validated ``user_options``, allocation and queue.
 
-:class:`GPUSpawnerMixin` adds ScaleLab's GPU handling to a spawner class; the backend hands the
-granted GPUs (:attr:`GPUSpawnerMixin.gpu_uuids`) to its server (local processes:
-``CUDA_VISIBLE_DEVICES``, see :mod:`scalelab.spawner.environment`).
+:class:`GPUSpawnerMixin` is the GPU part of the course layer,
+:class:`~scalelab.spawner.course.CourseSpawnerMixin`, which a spawner class puts first among its
+bases; the backend hands the granted GPUs (:attr:`GPUSpawnerMixin.gpu_uuids`) to its server
+(local processes: ``CUDA_VISIBLE_DEVICES``, see :mod:`scalelab.spawner.environment`).
 
-The hub keeps one :class:`~scalelab.spawner.allocator.GPUAllocator` for all spawners, built
-from the inventory (NVML, or ``declared_gpus``) and :class:`~scalelab.spawner.policy.GPUPolicy`
-when the hub starts (:func:`scalelab.spawner.hubstart.start_with_hub`), or else at the first
-spawner's first use.
+The hub keeps one :class:`~scalelab.spawner.gpu_pool.GPUPool` for all spawners: the allocator,
+built from the inventory of the GPU source (``gpu_source_class``: NVML, or ``declared_gpus``)
+and :class:`~scalelab.spawner.policy.GPUPolicy` when the hub starts
+(:func:`scalelab.spawner.hubstart.start_with_hub`), or else at the first spawner's first use.
 
 Per spawn attempt: ``apply_user_options`` validates the options (HTTP 400/409 with the reason
 on bad input, nothing allocated) and, for a GPU request, lifts JupyterHub's ``start_timeout``
@@ -27,31 +28,27 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import math
-import os
 import signal
 import time
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import sqlalchemy
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from jupyterhub.spawner import Spawner, SpawnException
 from tornado import web
-from traitlets import Dict, Float, List, Unicode, default
+from traitlets import Dict, Float, List, Type, Unicode, default
 from traitlets.config import Config
+from traitlets.utils.importstring import import_item
 
 from scalelab import envvars
-from scalelab.spawner import queue_store
-from scalelab.spawner.allocator import GPUAllocator, RequestWithdrawn, never_busy
-from scalelab.spawner.inventory import (
-    GPUInventory,
-    declared_inventory,
-    discover_gpus,
-    exclude,
-    nvml_busy,
-)
-from scalelab.spawner.ledger import Holding, LedgerError
-from scalelab.spawner.metrics import QUEUE_WAIT, record_gpu_hours, register_collector
+from scalelab.kernels.spark_defaults import DEFAULT_DRIVER_MEMORY_CHOICES
+from scalelab.spawner.allocator import GPUAllocator, RequestWithdrawn
+from scalelab.spawner.gpu_pool import PLACEHOLDER_GRACE_S, GPUPool
+from scalelab.spawner.gpu_source import DeclaredGPUs, GPUSource, source_class
+from scalelab.spawner.inventory import declared_inventory
+from scalelab.spawner.ledger import Holding
+from scalelab.spawner.metrics import QUEUE_WAIT, record_gpu_hours
 from scalelab.spawner.policy import GPUPolicy, PolicyError
 from scalelab.spawner.profiles import (
     OptionsError,
@@ -69,9 +66,6 @@ from scalelab.templates import templates_dir
 STATE_VERSION = 1
 #: ``gpu_queue_timeout`` of 0 means this long: a queued request waits until cancelled.
 _NO_QUEUE_LIMIT_S = 30 * 24 * 3600.0
-#: ``gpu_abandon_timeout`` of 0: a request restored after a restart still waits at most this
-#: long for its spawn to be started again.
-_PLACEHOLDER_GRACE_S = 300.0
 
 DEFAULT_PROFILES = [
     {
@@ -85,24 +79,63 @@ DEFAULT_PROFILES = [
 ]
 
 
-def validate_config(config: Config) -> None:
-    """Check ScaleLab's GPU configuration when the hub starts, not at the first spawn.
+def _imported_source(value: Any, where: str) -> type[GPUSource] | None:
+    """The GPU source class a ``gpu_source_class`` setting names (a class or an import path),
+    or None when unset."""
+    if value is None:
+        return None
+    try:
+        cls = import_item(value) if isinstance(value, str) else value
+    except (ImportError, ValueError) as exc:
+        raise ValueError(f"{where} = {value!r} cannot be imported: {exc}") from None
+    if not (isinstance(cls, type) and issubclass(cls, GPUSource)):
+        raise ValueError(f"{where} = {value!r} is not a scalelab.spawner.gpu_source.GPUSource")
+    return cls
 
-    Call it at the end of ``jupyterhub_config.py`` (``scalelab up`` does):
-    ``from scalelab.spawner.gpu_spawner import validate_config; validate_config(c)``.
+
+def check_spawn_settings(config: Config, settings: Mapping[str, Any], where: str) -> None:
+    """Check the spawn settings' values: ``c.GPUPolicy``, the profiles, the Spark driver memory
+    sizes, the declared GPUs, and the GPU source class with its own section.
+
+    Parameters
+    ----------
+    config
+        The hub configuration.
+    settings
+        The spawner's settings, its class's sections merged (a subclass's wins).
+    where
+        How the spawner's section is written, for messages: ``"c.ScaleLabSpawner"``.
 
     Raises
     ------
     traitlets.TraitError, ValueError
-        A misspelt ``GPUPolicy`` setting or key, a bad profile, declared GPU or memory size; the
-        message names it.
+        A misspelt ``GPUPolicy`` or GPU source setting, a bad value, profile, memory size,
+        declared GPU or GPU source class; the message names it.
     """
     GPUPolicy(config=config)
-    section = {**config.get("GPUSpawnerMixin", {}), **config.get("ScaleLabSpawner", {})}
-    profiles_from_config(section.get("profiles", DEFAULT_PROFILES))
-    check_memory_choices(section.get("spark_driver_memory_choices", ["1g"]))
-    if section.get("declared_gpus"):
-        declared_inventory(section["declared_gpus"])
+    profiles_from_config(settings.get("profiles", DEFAULT_PROFILES))
+    check_memory_choices(
+        settings.get("spark_driver_memory_choices", list(DEFAULT_DRIVER_MEMORY_CHOICES))
+    )
+    if settings.get("declared_gpus"):
+        declared_inventory(settings["declared_gpus"])
+    chosen = _imported_source(settings.get("gpu_source_class"), f"{where}.gpu_source_class")
+    source_class(chosen, bool(settings.get("declared_gpus")))(config=config)  # its c.<Source>
+
+
+def validate_config(config: Config) -> None:
+    """Check ``ScaleLabSpawner``'s GPU settings (deprecated, kept for one release:
+    :func:`scalelab.spawner.validation.validate_spawner_config` checks them and refuses
+    misspelt setting names too).
+
+    Raises
+    ------
+    traitlets.TraitError, ValueError
+        As :func:`check_spawn_settings`.
+    """
+    names = ("GPUSpawnerMixin", "CourseSpawnerMixin", "ScaleLabSpawner")
+    settings = {key: value for name in names for key, value in config.get(name, {}).items()}
+    check_spawn_settings(config, settings, "c.ScaleLabSpawner")
 
 
 def describe_exit(status: int | None) -> str:
@@ -129,9 +162,9 @@ def format_wait(seconds: float) -> str:
 
 
 class GPUSpawnerMixin(Spawner):
-    """GPU profiles, allocation and queue for a JupyterHub spawner class.
-
-    Put it first among the bases: ``class MySpawner(GPUSpawnerMixin, KubeSpawner)``.
+    """GPU profiles, allocation and queue: the GPU part of
+    :class:`~scalelab.spawner.course.CourseSpawnerMixin`, which spawner classes use (it gives
+    the Spark driver memory of the spawn form, :meth:`spark_memory_offer`).
     """
 
     profiles = List(
@@ -142,18 +175,26 @@ class GPUSpawnerMixin(Spawner):
         "description": "...", "default": false}, ...]. Profiles that ask for more GPUs than the
         hub has are hidden. Misspelt keys are an error.""",
     )
-    spark_driver_memory_choices = List(
-        Unicode(),
-        default_value=["1g", "2g", "4g"],
-        config=True,
-        help="Spark driver memory sizes students may pick (JVM sizes); the first is the default.",
-    )
     declared_gpus = List(
         Dict(),
         config=True,
         help="""Declare the GPU inventory instead of asking NVML: [{"uuid": "GPU-test-0",
         "name": "declared test GPU", "memory_mib": 81920}]. For tests and hosts NVML cannot
-        see; logged as DECLARED, and released GPUs are not checked for leftover processes.""",
+        see; logged as DECLARED, released GPUs are not checked for leftover processes, and
+        their utilisation is unknown (never idle). Read by the `DeclaredGPUs` source, the
+        default `gpu_source_class` when this list is set.""",
+    )
+    gpu_source_class = Type(
+        default_value=None,
+        klass=GPUSource,
+        allow_none=True,
+        config=True,
+        help="""Where the GPUs and their readings come from: a subclass of
+        `scalelab.spawner.gpu_source.GPUSource`, or its import path.
+        `scalelab.spawner.gpu_source.NVMLGPUs`: the host's GPUs through NVML;
+        `scalelab.spawner.gpu_source.DeclaredGPUs`: the list in `declared_gpus`.
+        None (the default): DeclaredGPUs when `declared_gpus` is set, else NVMLGPUs.
+        The source's own settings are `c.<ClassName>.<setting>`.""",
     )
     exclude_gpus = List(
         Unicode(),
@@ -200,13 +241,6 @@ class GPUSpawnerMixin(Spawner):
         help="Folders searched before ScaleLab's own for `spawn_options.html` (the spawn form).",
     )
 
-    _allocator: ClassVar[GPUAllocator | None] = None
-    _inventory: ClassVar[GPUInventory | None] = None
-    _policy: ClassVar[GPUPolicy | None] = None
-    _pending_restores: ClassVar[list[Holding]] = []
-    _allocator_lock: ClassVar[asyncio.Lock | None] = None
-    _sweeper: ClassVar[asyncio.Task | None] = None
-
     _request: SpawnRequest | None = None
     _holding: Holding | None = None
     _base_start_timeout: float | None = None
@@ -215,118 +249,50 @@ class GPUSpawnerMixin(Spawner):
     #: per server key, since JupyterHub may make a new spawner object for the next start.
     _exit_notes: ClassVar[dict[str, str]] = {}
 
-    # -- the hub-wide allocator ------------------------------------------------------------------
+    # -- the hub-wide GPU pool -------------------------------------------------------------------
+
+    def make_gpu_source(self) -> GPUSource:
+        """The GPU source ``gpu_source_class`` selects, made with this spawner's configuration
+        and log (a :class:`~scalelab.spawner.gpu_source.DeclaredGPUs` gets ``declared_gpus``).
+
+        Raises
+        ------
+        scalelab.common.strictconfig.UnknownSettingError
+            The source's own section (``c.<ClassName>``) names a setting it does not have.
+        """
+        cls = source_class(self.gpu_source_class, bool(self.declared_gpus))
+        if issubclass(cls, DeclaredGPUs):
+            return cls(declared=self.declared_gpus, config=self.config, log=self.log)
+        return cls(config=self.config, log=self.log)
+
+    async def gpu_pool(self) -> GPUPool:
+        """The hub's GPU pool; built from this spawner's settings on first use."""
+        return await GPUPool.ensure(self)
 
     async def gpu_allocator(self) -> GPUAllocator:
-        """The hub's allocator; built on first use (inventory discovery runs in a thread)."""
-        cls = GPUSpawnerMixin
-        if cls._allocator_lock is None:
-            cls._allocator_lock = asyncio.Lock()
-        async with cls._allocator_lock:
-            if cls._allocator is None:
-                if self.declared_gpus:
-                    inventory, busy = declared_inventory(self.declared_gpus), never_busy
-                else:
-                    inventory, busy = await discover_gpus(), nvml_busy
-                inventory = exclude(inventory, self.exclude_gpus)
-                policy = GPUPolicy(config=self.config)
-                policy_session_s = policy.max_gpu_session_hours * 3600 or 3600.0
-                allocator = GPUAllocator(
-                    [g.uuid for g in inventory.gpus],
-                    policy.rules(),
-                    session_s=policy_session_s,
-                    fair_share_s_per_gpu_hour=self.fair_share_s_per_gpu_hour,
-                    busy_check=busy,
-                )
-                self.log.info("ScaleLab GPU inventory: %s", inventory.describe())
-                saved = await self._read_saved_queue()
-                # No await from here on: holdings that load_state keeps for the allocator
-                # meanwhile (servers found at hub start) all go in before the queue.
-                for holding in cls._pending_restores:
-                    self._restore(allocator, holding)
-                cls._pending_restores.clear()
-                self._restore_queue(allocator, saved)
-                cls._sweeper = asyncio.create_task(self._withdraw_abandoned(allocator))
-                cls._inventory, cls._allocator, cls._policy = inventory, allocator, policy
-                register_collector(lambda: GPUSpawnerMixin._allocator)
-                await allocator.save()
-        return cls._allocator
+        """The hub's allocator (:attr:`GPUPool.allocator <scalelab.spawner.gpu_pool.GPUPool>`)."""
+        return (await self.gpu_pool()).allocator
 
-    def _queue_path(self) -> Path | None:
-        return Path(self.gpu_queue_file).resolve() if self.gpu_queue_file else None
+    def spark_memory_offer(self) -> tuple[list[str], str]:
+        """The Spark driver memory sizes of the spawn form, and the default one.
 
-    async def _read_saved_queue(self) -> list[queue_store.QueuedSpawn]:
-        """The queue saved before a restart (empty without ``gpu_queue_file`` or a file).
+        :class:`~scalelab.spawner.course.CourseSpawnerMixin` provides it from its
+        ``spark_driver_memory_choices`` and ``spark_driver_memory``.
 
-        An unreadable file is moved aside to ``<file>.bad`` (nothing is lost) and logged."""
-        path = self._queue_path()
-        if path is None:
-            return []
-        try:
-            return await asyncio.to_thread(queue_store.read, path)
-        except (queue_store.QueueFileError, OSError) as exc:
-            aside = path.with_name(path.name + ".bad")
-            await asyncio.to_thread(os.replace, path, aside)
-            self.log.error(
-                "ScaleLab could not read the saved GPU queue %s (%s); kept it as %s and started "
-                "with an empty queue",
-                path,
-                exc,
-                aside,
-            )
-            return []
+        Returns
+        -------
+        tuple
+            (JVM sizes such as ``["1g", "2g"]``, the default among them).
 
-    def _restore_queue(self, allocator: GPUAllocator, saved: list[queue_store.QueuedSpawn]):
-        """Put the saved requests back in line; from now on, save every queue change."""
-        path = self._queue_path()
-        if path is None:
-            return
-        for spawn, why in allocator.restore_queue(saved):
-            self.log.warning(
-                "ScaleLab dropped the saved GPU request of %s: %s", spawn.entry.server, why
-            )
-        restored = [s.entry.server for s in allocator.placeholders()]
-        if restored:
-            self.log.info(
-                "ScaleLab GPU queue: %d request(s) restored from %s, in their places: %s",
-                len(restored),
-                path,
-                ", ".join(restored),
-            )
-        allocator.saver = lambda line: self._save_queue(path, line)
-
-    def _save_queue(self, path: Path, line: list[queue_store.QueuedSpawn]) -> None:
-        """The allocator's saver (runs in a worker thread)."""
-        try:
-            queue_store.write(path, line)
-        except OSError as exc:
-            self.log.error(
-                "ScaleLab could not save the GPU queue to %s (%s): a hub restart would lose it; "
-                "check c.ScaleLabSpawner.gpu_queue_file",
-                path,
-                exc,
-            )
-
-    async def _withdraw_abandoned(self, allocator: GPUAllocator) -> None:
-        """Withdraw queued requests nobody watches, every few seconds, for the hub's life."""
-        grace = self.gpu_abandon_timeout
-        placeholder_grace = grace or _PLACEHOLDER_GRACE_S
-        period = max(1.0, min(10.0, min(grace or placeholder_grace, placeholder_grace) / 5))
-        while True:
-            await asyncio.sleep(period)
-            for server in await allocator.withdraw_abandoned(grace, placeholder_grace):
-                self.log.warning(
-                    "%s withdrawn from the GPU queue: nobody watched its pending page for "
-                    "%.0f s (ScaleLabSpawner.gpu_abandon_timeout)",
-                    server,
-                    grace or placeholder_grace,
-                )
-
-    def _restore(self, allocator: GPUAllocator, holding: Holding) -> None:
-        try:
-            allocator.ledger.restore(holding)
-        except LedgerError as exc:
-            self.log.error("ScaleLab could not restore the GPUs of %s: %s", holding.server, exc)
+        Raises
+        ------
+        ValueError
+            A size that is not a JVM size.
+        """
+        raise NotImplementedError(
+            "GPUSpawnerMixin is a part of scalelab.spawner.course.CourseSpawnerMixin: "
+            "put CourseSpawnerMixin first among the spawner's bases"
+        )
 
     @property
     def server_key(self) -> str:
@@ -365,21 +331,17 @@ class GPUSpawnerMixin(Spawner):
             loader=FileSystemLoader([*self.options_template_paths, str(templates_dir())]),
             autoescape=select_autoescape(default=True, default_for_string=True),
         )
-        memory = check_memory_choices(self.spark_driver_memory_choices)
+        memory, memory_default = self.spark_memory_offer()
         return env.get_template("spawn_options.html").render(
             profiles=offered,
             default=default_profile(offered).slug,
             free=len(allocator.ledger.free()),
             total=total,
             memory_choices=memory,
-            memory_default=self._memory_default(memory),
+            memory_default=memory_default,
             queue_length=len(allocator.queue),
             last_exit=self._exit_notes.get(self.server_key, ""),
         )
-
-    def _memory_default(self, choices: list[str]) -> str:
-        configured = getattr(self, "spark_driver_memory", "")
-        return configured if configured in choices else choices[0]
 
     def options_from_form(self, formdata):
         return options_from_form(formdata)
@@ -403,10 +365,8 @@ class GPUSpawnerMixin(Spawner):
         allocator = await self.gpu_allocator()
         offered = self._offered(len(allocator.ledger.inventory))
         try:
-            memory = check_memory_choices(self.spark_driver_memory_choices)
-            request = parse_user_options(
-                user_options, offered, memory, self._memory_default(memory)
-            )
+            memory, memory_default = self.spark_memory_offer()
+            request = parse_user_options(user_options, offered, memory, memory_default)
             allocator.check(self.server_key, self.user.name, request.gpus, *self._who())
         except OptionsError as exc:
             self._forget_options()
@@ -429,10 +389,16 @@ class GPUSpawnerMixin(Spawner):
             if session is not None:
                 session.commit()
 
+    @staticmethod
+    def _policy() -> GPUPolicy | None:
+        """The hub's GPU limits, or None while the pool is not built."""
+        pool = GPUPool.current()
+        return pool.policy if pool is not None else None
+
     def _who(self) -> tuple[list[str], bool]:
         """The user's JupyterHub groups, and whether limits spare them (an exempt admin)."""
         groups = [g.name for g in getattr(self.user, "groups", [])]
-        policy = GPUSpawnerMixin._policy
+        policy = self._policy()
         exempt = bool(policy and policy.admins_exempt and getattr(self.user, "admin", False))
         return groups, exempt
 
@@ -462,7 +428,7 @@ class GPUSpawnerMixin(Spawner):
                 },
             )
         except RequestWithdrawn as exc:
-            grace = self.gpu_abandon_timeout or _PLACEHOLDER_GRACE_S
+            grace = self.gpu_abandon_timeout or PLACEHOLDER_GRACE_S
             message = (
                 f"Your request for {request.gpus} GPU(s) was withdrawn from the queue: its "
                 f"waiting page was closed for over {grace:.0f} s. Start your server again to "
@@ -498,7 +464,7 @@ class GPUSpawnerMixin(Spawner):
     def session_deadline(self) -> float | None:
         """When this server's GPU session ends (seconds since the epoch), or None: no GPUs or no
         ``GPUPolicy.max_gpu_session_hours``."""
-        policy = GPUSpawnerMixin._policy
+        policy = self._policy()
         if (
             not self._holding
             or not self._holding.gpus
@@ -511,9 +477,10 @@ class GPUSpawnerMixin(Spawner):
     def session_environment(self) -> dict[str, str]:
         """``SCALELAB_GPU_DEADLINE`` and ``SCALELAB_GPU_WARNING_S`` for the kernels' warnings."""
         deadline = self.session_deadline()
-        if deadline is None or GPUSpawnerMixin._policy is None:
+        policy = self._policy()
+        if deadline is None or policy is None:
             return {}
-        warning_s = GPUSpawnerMixin._policy.gpu_session_warning_minutes * 60
+        warning_s = policy.gpu_session_warning_minutes * 60
         return {envvars.GPU_DEADLINE: f"{deadline:.0f}", envvars.GPU_WARNING_S: f"{warning_s:.0f}"}
 
     def _watch_session(self) -> None:
@@ -595,10 +562,7 @@ class GPUSpawnerMixin(Spawner):
             self.server_key, self.user.name, tuple(saved["gpus"]), float(saved["since"])
         )
         self._holding = holding
-        if GPUSpawnerMixin._allocator is not None:
-            self._restore(GPUSpawnerMixin._allocator, holding)
-        else:
-            GPUSpawnerMixin._pending_restores.append(holding)
+        GPUPool.restore(holding, self.log)
 
     def clear_state(self):
         super().clear_state()

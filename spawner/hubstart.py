@@ -1,13 +1,14 @@
-"""ScaleLab's work at hub start: the GPU allocator, and the queue started again after a restart.
+"""ScaleLab's work at hub start: the GPU pool, and the queue started again after a restart.
 
 JupyterHub has no start-up hook, but it reads ``jupyterhub_config.py`` inside its event loop.
 :func:`start_with_hub`, called there (``scalelab up``'s generated configuration does), schedules
 :func:`at_hub_start`, which
 
-1. builds the hub's GPU allocator at once: the inventory line (``N GPU(s) DECLARED ...``,
-   ``... found by NVML``, or ``no GPU: servers run CPU-only (...)``) is in the hub log when the
-   hub starts, not at the first spawn; the queue saved before a restart is loaded, each request
-   in its original place (:mod:`scalelab.spawner.queue_store`);
+1. builds the hub's GPU pool (:class:`~scalelab.spawner.gpu_pool.GPUPool`) at once: the
+   inventory line (``N GPU(s) DECLARED ...``, ``... found by NVML``, or ``no GPU: servers run
+   CPU-only (...)``) is in the hub log when the hub starts, not at the first spawn; the queue
+   saved before a restart is loaded, each request in its original place
+   (:mod:`scalelab.spawner.queue_store`);
 2. once the hub runs, starts each restored request again through the hub's REST API, in its
    student's name (a token of the student's own, allowed only their servers, valid 5 minutes
    and deleted after use), with the options it had. The spawn takes its old place in line; the
@@ -27,6 +28,7 @@ from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
+from scalelab.spawner.gpu_pool import GPUPool
 from scalelab.spawner.gpu_spawner import GPUSpawnerMixin
 from scalelab.spawner.queue_store import QueuedSpawn
 
@@ -59,7 +61,7 @@ def start_with_hub() -> bool:
 
 
 async def at_hub_start(app: Any) -> None:
-    """Build the GPU allocator now; once the hub runs, start the restored requests again.
+    """Build the GPU pool now; once the hub runs, start the restored requests again.
 
     ``app`` is the running ``jupyterhub.app.JupyterHub``. Nothing happens for a spawner class
     without :class:`~scalelab.spawner.gpu_spawner.GPUSpawnerMixin`.
@@ -68,7 +70,7 @@ async def at_hub_start(app: Any) -> None:
     spawner_class = app.spawner_class
     if not (isinstance(spawner_class, type) and issubclass(spawner_class, GPUSpawnerMixin)):
         return
-    allocator = await spawner_class(config=app.config).gpu_allocator()
+    allocator = (await GPUPool.ensure_for(spawner_class, app.config)).allocator
     started = getattr(app, "_start_future", None)  # JupyterHub resolves it once it runs
     if started is None:
         log.warning("ScaleLab cannot tell when the hub runs: queued requests wait for students")

@@ -6,8 +6,9 @@ NVML is the NVIDIA Management Library that ``nvidia-smi`` uses; its Python bindi
 runs CPU-only. With MIG mode on, each MIG instance is an allocatable device of its own, named
 by its ``MIG-...`` UUID, which ``CUDA_VISIBLE_DEVICES`` accepts.
 
-Every NVML call here blocks; the hub calls them through :func:`discover_gpus` and
-:func:`nvml_busy`, which run them in a worker thread.
+Every NVML call here blocks; the hub reaches them through its GPU source
+(:class:`scalelab.spawner.gpu_source.NVMLGPUs`), which its GPU pool asks in a worker thread, or
+through :func:`discover_gpus` and :func:`nvml_busy`, which run them in one.
 """
 
 from __future__ import annotations

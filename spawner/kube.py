@@ -14,10 +14,10 @@ A spawner class for Kubernetes, as a sketch (it needs ``jupyterhub-kubespawner``
 neither of which is here to test it on)::
 
     from kubespawner import KubeSpawner
-    from scalelab.spawner.gpu_spawner import GPUSpawnerMixin
+    from scalelab.spawner.course import CourseSpawnerMixin
     from scalelab.spawner.kube import kube_gpu_settings
 
-    class ScaleLabKubeSpawner(GPUSpawnerMixin, KubeSpawner):
+    class ScaleLabKubeSpawner(CourseSpawnerMixin, KubeSpawner):
         async def _start(self):  # KubeSpawner's own start, once the GPUs are granted
             for trait, value in kube_gpu_settings(self.gpu_uuids).items():
                 setattr(self, trait, value)

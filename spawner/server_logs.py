@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO
 from urllib.parse import quote
 
-from jupyterhub.spawner import Spawner
+from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Unicode
 
 
@@ -45,8 +45,10 @@ def open_server_log(log_dir: str | Path, user: str, server: str, now: float) -> 
     return log
 
 
-class ServerLogMixin(Spawner):
-    """Send a local server's stdout/stderr to its log file (for ``LocalProcessSpawner``s)."""
+class ServerLogMixin(LocalProcessSpawner):
+    """Send a local server's stdout/stderr to its log file: ``class S(ServerLogMixin,
+    LocalProcessSpawner)`` (it is a ``LocalProcessSpawner``, whose ``stop`` and ``poll`` it
+    keeps and whose ``popen_kwargs`` it sets)."""
 
     server_log_dir = Unicode(
         "",
@@ -65,9 +67,3 @@ class ServerLogMixin(Spawner):
             # The child gets its own copy of the descriptor; ours closes after the start.
             self.popen_kwargs = {**self.popen_kwargs, "stdout": log, "stderr": subprocess.STDOUT}
             return await super().start()
-
-    async def stop(self, now=False):
-        return await super().stop(now=now)
-
-    async def poll(self):
-        return await super().poll()

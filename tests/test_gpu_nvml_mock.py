@@ -2,19 +2,25 @@
 module installed as ``pynvml``, with the calls ScaleLab makes) plays a host with one whole GPU
 and one MIG-enabled GPU. Checked: MIG instances are devices of their own, a released GPU whose
 memory a process still holds is quarantined until NVML shows it free, a host without a driver
-gives an empty inventory, and every NVML call runs off the hub's event-loop thread. The real
-NVML path is checked on a GPU machine by ``bench/gpu_device_check.py``."""
+gives an empty inventory, the NVML GPU source serves the hub's GPU pool (readings, quarantine),
+and every NVML call runs off the hub's event-loop thread. The real NVML path is checked on a
+GPU machine by ``bench/gpu_device_check.py``."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
 import types
 from dataclasses import dataclass
 
 import pytest
+from traitlets.config import Config
 
+from scalelab.spawner import ScaleLabSpawner
 from scalelab.spawner.allocator import GPUAllocator
+from scalelab.spawner.gpu_pool import GPUPool
+from scalelab.spawner.gpu_source import NVMLGPUs
 from scalelab.spawner.inventory import discover_gpus, nvml_busy, nvml_processes
 
 MIB = 1024 * 1024
@@ -24,6 +30,11 @@ MIB = 1024 * 1024
 class _Memory:
     total: int
     used: int = 0
+
+
+@dataclass
+class _Utilization:
+    gpu: int
 
 
 @dataclass
@@ -49,6 +60,7 @@ class MockNVML(types.ModuleType):
         self.threads: set[int] = set()
         self.driver = True
         self.processes: dict[str, list[_Process]] = {}
+        self.utilization: dict[str, int] = {}
         # host index -> (name, uuid, MIG on, MIG slots: uuid or None for an empty slot)
         self.devices = [
             ("NVIDIA H200", "GPU-mock-0", False, []),
@@ -104,7 +116,14 @@ class MockNVML(types.ModuleType):
 
     def nvmlDeviceGetMemoryInfo(self, handle: str) -> _Memory:
         self._call()
-        return _Memory(total=(143771 if handle.startswith("GPU") else 71 * 1024) * MIB)
+        held = sum(p.usedGpuMemory for p in self.processes.get(handle, []))
+        return _Memory(total=(143771 if handle.startswith("GPU") else 71 * 1024) * MIB, used=held)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: str) -> _Utilization:
+        self._call()
+        if handle.startswith("MIG"):
+            raise self.NVMLError("Not Supported")  # MIG instances report none of their own
+        return _Utilization(gpu=self.utilization.get(handle, 0))
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: str) -> list[_Process]:
         self._call()
@@ -161,3 +180,35 @@ async def test_without_a_driver_the_inventory_is_empty_and_nothing_counts_as_bus
         inventory.describe()
     )
     assert nvml_processes("GPU-mock-0") is None
+
+
+@pytest.mark.asyncio
+async def test_the_nvml_source_serves_the_pool_off_the_event_loop(
+    nvml, tmp_path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(GPUPool, "_current", None)
+    monkeypatch.setattr(GPUPool, "_building", None)
+    monkeypatch.setattr(GPUPool, "_restores", [])
+    c = Config()
+    c.ScaleLabSpawner.gpu_queue_file = str(tmp_path / "queue.json")
+    spawner = ScaleLabSpawner(config=c)
+    assert type(spawner.make_gpu_source()) is NVMLGPUs  # no declared GPUs: NVML
+    pool = await GPUPool.ensure(spawner)
+    try:
+        assert pool.inventory.source == "nvml"
+        assert pool.allocator.ledger.inventory == ("GPU-mock-0", "MIG-mock-1a", "MIG-mock-1c")
+        nvml.utilization["GPU-mock-0"] = 87
+        nvml.processes["GPU-mock-0"] = [_Process(4242, 2048 * MIB)]
+        # MIG instances report no utilisation: unknown, left out
+        assert await pool.readings() == {"GPU-mock-0": (87, 2048)}
+        await pool.allocator.acquire("alice/", "alice", 1)
+        await pool.allocator.release("alice/")  # her process lingers: quarantined
+        assert pool.allocator.ledger.quarantined() == {
+            "GPU-mock-0": "released by alice/, but NVML shows pid 4242 holds 2048 MiB"
+        }
+        assert threading.get_ident() not in nvml.threads
+    finally:  # the pool's background task ends with the test
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)

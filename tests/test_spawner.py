@@ -1,17 +1,27 @@
-"""The spawner's pure parts, its configuration, and NVML discovery on this (GPU-less) machine."""
+"""The spawner's pure parts, its configuration, the course layer over another backend, and NVML
+discovery on this (GPU-less) machine."""
 
 from __future__ import annotations
 
 import json
+import os
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from jupyterhub.objects import Hub
+from jupyterhub.spawner import LocalProcessSpawner, Spawner
 from traitlets.config import Config
 
-from scalelab.spawner import ScaleLabSpawner
+from scalelab.kernels.spark_defaults import (
+    DEFAULT_DRIVER_MEMORY,
+    DEFAULT_DRIVER_MEMORY_CHOICES,
+    DEFAULT_SPARK_MASTER,
+)
+from scalelab.spawner import CourseSpawnerMixin, ScaleLabSpawner
 from scalelab.spawner.environment import server_args, server_environment
+from scalelab.spawner.gpu_spawner import GPUSpawnerMixin
 from scalelab.spawner.inventory import discover_nvml
 
 
@@ -87,4 +97,105 @@ def test_a_user_name_cannot_escape_home_root(tmp_path: Path, name: str):
 def test_store_url_is_required(tmp_path: Path):
     spawner = ScaleLabSpawner(user=SimpleNamespace(name="alice", url="/user/alice/"))
     with pytest.raises(ValueError, match=r"c\.ScaleLabSpawner\.store_url is not set"):
+        spawner.get_env()
+
+
+# -- the course layer, over any backend ----------------------------------------------------------
+
+#: Every setting c.ScaleLabSpawner took before the course layer was split off, with a value.
+SETTINGS_BEFORE_THE_COURSE_LAYER = {
+    "home_root": "/srv/homes",
+    "store_url": "hdfs://nn:8020/course",
+    "store_options": {"user": "alice"},
+    "spark_master": "spark://master:7077",
+    "spark_driver_memory": "2g",
+    "spark_driver_memory_choices": ["2g", "8g"],
+    "kernelspec_path": ["/state/share/jupyter"],
+    "profiles": [{"slug": "cpu"}],
+    "declared_gpus": [{"uuid": "GPU-test-0"}],
+    "exclude_gpus": ["0"],
+    "gpu_queue_timeout": 60.0,
+    "fair_share_s_per_gpu_hour": 0.0,
+    "gpu_queue_file": "",
+    "gpu_abandon_timeout": 30.0,
+    "options_template_paths": ["/srv/templates"],
+    "server_log_dir": "/srv/logs",
+}
+
+
+class _Backend(Spawner):
+    """A spawner backend that is not LocalProcessSpawner (stands in for KubeSpawner)."""
+
+    async def start(self):
+        return ("127.0.0.1", 8888)
+
+    async def stop(self, now=False):
+        return None
+
+    async def poll(self):
+        return None
+
+
+class CourseOnOtherBackend(CourseSpawnerMixin, _Backend):
+    """What an operator writes for another JupyterHub spawner."""
+
+
+def test_scalelab_spawner_is_the_course_layer_over_local_processes():
+    assert ScaleLabSpawner.__mro__[1:3] == (CourseSpawnerMixin, GPUSpawnerMixin)
+    assert issubclass(ScaleLabSpawner, LocalProcessSpawner)
+    # local-process concerns stay out of the course layer
+    for name in ("home_root", "server_log_dir"):
+        assert name not in CourseSpawnerMixin.class_trait_names()
+
+
+def test_every_existing_setting_is_still_set_as_c_scalelabspawner():
+    c = Config()
+    for name, value in SETTINGS_BEFORE_THE_COURSE_LAYER.items():
+        setattr(c.ScaleLabSpawner, name, value)
+    spawner = ScaleLabSpawner(config=c)
+    for name, value in SETTINGS_BEFORE_THE_COURSE_LAYER.items():
+        assert getattr(spawner, name) == value, name
+
+
+def test_course_defaults_come_from_the_spark_defaults():
+    spawner = ScaleLabSpawner()
+    assert spawner.spark_master == DEFAULT_SPARK_MASTER
+    assert spawner.spark_driver_memory == DEFAULT_DRIVER_MEMORY
+    assert spawner.spark_driver_memory_choices == list(DEFAULT_DRIVER_MEMORY_CHOICES)
+    assert spawner.spark_memory_offer() == (list(DEFAULT_DRIVER_MEMORY_CHOICES), "1g")
+
+
+def test_memory_default_is_the_configured_size_when_offered_else_the_first_choice():
+    c = Config()
+    c.ScaleLabSpawner.spark_driver_memory_choices = ["1g", "4g"]
+    c.ScaleLabSpawner.spark_driver_memory = "4g"
+    assert ScaleLabSpawner(config=c).spark_memory_offer() == (["1g", "4g"], "4g")
+    c.ScaleLabSpawner.spark_driver_memory = "3g"
+    assert ScaleLabSpawner(config=c).spark_memory_offer() == (["1g", "4g"], "1g")
+
+
+def test_another_backend_with_the_course_layer_starts_a_course_server():
+    c = Config()
+    c.CourseOnOtherBackend.store_url = "s3://bucket/course"
+    c.CourseOnOtherBackend.store_options = {"endpoint_url": "http://127.0.0.1:8333"}
+    c.CourseOnOtherBackend.spark_master = "k8s://https://kubernetes:443"
+    c.CourseOnOtherBackend.kernelspec_path = ["/opt/scalelab/share/jupyter"]
+    spawner = CourseOnOtherBackend(
+        config=c, hub=Hub(), user=SimpleNamespace(name="alice", url="/user/alice/")
+    )
+    env = spawner.get_env()
+    assert env["SCALELAB_STORE_URL"] == "s3://bucket/course"
+    assert json.loads(env["SCALELAB_STORE_OPTIONS"]) == {"endpoint_url": "http://127.0.0.1:8333"}
+    assert env["SCALELAB_SPARK_MASTER"] == "k8s://https://kubernetes:443"
+    assert env["SCALELAB_SPARK_DRIVER_MEMORY"] == "1g"
+    assert env["CUDA_VISIBLE_DEVICES"] == ""  # no GPU granted: none visible
+    assert env["JUPYTER_PATH"].split(os.pathsep)[0] == "/opt/scalelab/share/jupyter"
+    assert "SCALELAB_LOG_DIR" not in env  # a local-process concern
+    assert spawner.get_args()[-len(server_args()) :] == server_args()
+    assert spawner.default_url == "/lab"
+
+
+def test_the_store_url_error_names_the_spawner_class_in_use():
+    spawner = CourseOnOtherBackend(hub=Hub(), user=SimpleNamespace(name="a", url="/user/a/"))
+    with pytest.raises(ValueError, match=r"c\.CourseOnOtherBackend\.store_url is not set"):
         spawner.get_env()

@@ -3,19 +3,22 @@
 - ``GET /hub/api/scalelab/gpus`` (scope ``admin:servers``): JSON, see :func:`board_model`;
 - ``GET /hub/scalelab/gpus`` (scope ``admin-ui``): the same as a page (``gpu_board.html``).
 
-They run inside the hub process, beside the allocator, so they are registered as
+They run inside the hub process, beside the GPU pool (:class:`~scalelab.spawner.gpu_pool.GPUPool`,
+whose public accessors they use), so they are registered as
 ``c.JupyterHub.extra_handlers = scalelab.hub_ext.hub.gpu_board.handlers()`` (JupyterHub logs that
 extra_handlers are deprecated in favour of services; a service could not see the queue).
-``scalelab up`` registers them; an existing hub also needs ScaleLab's templates folder in
-``c.JupyterHub.template_paths`` for the page.
+``scalelab.configure(c)`` registers them, with ScaleLab's templates folder for the page.
+
+Utilisation and memory in use come from the pool's GPU source (``gpu_source_class``); the GPU
+monitor reads them here, so culling sees exactly what the board shows.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from jupyterhub.apihandlers.base import APIHandler
@@ -24,14 +27,15 @@ from jupyterhub.scopes import needs_scope
 from tornado import web
 
 from scalelab.spawner.allocator import GPUAllocator
-from scalelab.spawner.gpu_spawner import GPUSpawnerMixin
-from scalelab.spawner.inventory import GPUInventory, nvml_utilization
+from scalelab.spawner.gpu_pool import GPUPool
+from scalelab.spawner.gpu_source import Reading
+from scalelab.spawner.inventory import GPUInventory
 
 
 def board_model(
     allocator: GPUAllocator,
     inventory: GPUInventory,
-    readings: dict[str, tuple[int, int]],
+    readings: Mapping[str, Reading],
     now: float,
 ) -> dict[str, Any]:
     """The board's content (pure).
@@ -42,7 +46,8 @@ def board_model(
         ``source`` of the inventory; ``gpus``: one entry per GPU with ``uuid``, ``index``,
         ``name``, ``memory_mib``, ``holder`` (``{"server", "user", "since"}`` with ``since`` in
         ISO 8601 UTC, or None), ``quarantined`` (the reason, or None), ``utilization_pct`` and
-        ``memory_used_mib`` (None without NVML); ``queue``: waiting requests in order with
+        ``memory_used_mib`` (None when the GPU source cannot read them: a declared GPU, a MIG
+        instance, no NVML); ``queue``: waiting requests in order with
         ``position``, ``server``, ``user``, ``gpus``, ``waiting_s`` and ``estimated_wait_s``
         (None when unknown).
     """
@@ -87,16 +92,12 @@ def board_model(
 
 
 async def _current_board(handler: BaseHandler) -> dict[str, Any]:
-    allocator = GPUSpawnerMixin._allocator
-    if allocator is None:  # no spawn yet: build it from the hub's configuration
-        spawner = handler.settings["spawner_class"](config=handler.settings["config"])
-        allocator = await spawner.gpu_allocator()
-    inventory = GPUSpawnerMixin._inventory
-    assert inventory is not None
-    readings = {}
-    if inventory.source == "nvml":
-        readings = await asyncio.to_thread(nvml_utilization, [g.uuid for g in inventory.gpus])
-    return board_model(allocator, inventory, readings, allocator.clock())
+    pool = GPUPool.current()
+    if pool is None:  # no spawn yet: build it from the hub's configuration
+        settings = handler.settings
+        pool = await GPUPool.ensure_for(settings["spawner_class"], settings["config"])
+    readings = await pool.readings()  # from the pool's GPU source, in a worker thread
+    return board_model(pool.allocator, pool.inventory, readings, pool.allocator.clock())
 
 
 class GPUBoardAPIHandler(APIHandler):

@@ -1,0 +1,69 @@
+"""The start-up check of a spawner class's ScaleLab settings in a hub configuration.
+
+:func:`validate_spawner_config` runs before the hub starts (``scalelab.configure(c)``,
+``scalelab up``, ``scalelab doctor``), so that a misspelt setting or a bad value is one message
+naming it, not a setting silently ignored or a failure at the first spawn.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traitlets.config import Config
+
+from scalelab.common.strictconfig import check_section
+from scalelab.spawner.course import CourseSpawnerMixin
+from scalelab.spawner.gpu_spawner import check_spawn_settings
+from scalelab.spawner.local import ScaleLabSpawner
+
+
+def _scalelab_section(cls: type) -> bool:
+    """Whether ``c.<cls name>`` is a ScaleLab section: a ScaleLab class, or an operator's
+    subclass of the course layer (not JupyterHub's ``Spawner``, ``LocalProcessSpawner``...)."""
+    return cls.__module__.startswith("scalelab.") or issubclass(cls, CourseSpawnerMixin)
+
+
+def spawner_settings(config: Config, spawner_class: type) -> dict[str, Any]:
+    """The settings ``config`` gives ``spawner_class`` (pure): every section of its class
+    hierarchy merged as traitlets merges them, a subclass's section winning."""
+    merged: dict[str, Any] = {}
+    for name in spawner_class.section_names():
+        if name in config:
+            merged.update(config[name])
+    return merged
+
+
+def validate_spawner_config(config: Config, spawner_class: type | None = None) -> None:
+    """Check a spawner class's ScaleLab settings in a hub configuration, before the hub starts.
+
+    Checked: every name set in a ScaleLab section of the class (``c.<Name>`` for each class of
+    ``spawner_class.__mro__`` that is ScaleLab's or a subclass of
+    :class:`~scalelab.spawner.course.CourseSpawnerMixin`; a name is valid when
+    ``spawner_class`` has that setting, JupyterHub's included, so
+    ``c.ScaleLabSpawner.start_timeout`` is), ``c.GPUPolicy``, the profiles, the Spark driver
+    memory sizes, the declared GPUs, and the GPU source class with its own section.
+    JupyterHub's own sections (``c.Spawner``, ``c.LocalProcessSpawner``) are left to JupyterHub.
+
+    Parameters
+    ----------
+    config
+        The hub configuration (``c`` in ``jupyterhub_config.py``); not changed.
+    spawner_class
+        The hub's spawner class, a subclass of
+        :class:`~scalelab.spawner.course.CourseSpawnerMixin`; None:
+        :class:`~scalelab.spawner.local.ScaleLabSpawner`.
+
+    Raises
+    ------
+    scalelab.common.strictconfig.UnknownSettingError
+        A misspelt setting (a ``TraitError`` and a ``ValueError``); the message names it and
+        the nearest real one.
+    traitlets.TraitError, ValueError
+        A bad value, profile, memory size, declared GPU or GPU source; the message names it.
+    """
+    spawner_class = spawner_class or ScaleLabSpawner
+    for cls in spawner_class.__mro__:
+        if _scalelab_section(cls):
+            check_section(config, spawner_class, cls.__name__)
+    settings = spawner_settings(config, spawner_class)
+    check_spawn_settings(config, settings, f"c.{spawner_class.__name__}")
