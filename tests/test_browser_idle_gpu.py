@@ -1,7 +1,7 @@
 """The idle-GPU warning as a JupyterLab notification, in a real browser (Chromium through
 Playwright) with JupyterLab open and no cell running, through the real hub, GPU monitor and
 single-user servers. A declared inventory of two fake GPUs stands in for NVML; the test sets
-their utilisation through the monitor's FAKE utilisation file (as in test_culling_hub.py).
+their utilisation through the hub's test GPU source, tests.fake_gpus (as in test_culling_hub.py).
 
 bob's GPU goes idle: his JupyterLab shows a warning toast that names the GPU, the idle time and
 when the server stops; his GPU working again calls it off with an "in use again" notification;

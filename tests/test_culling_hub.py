@@ -1,12 +1,14 @@
 """GPU-aware culling through the real hub: jupyterhub-idle-culler and ScaleLab's GPU monitor
 run as hub services, with a declared inventory of two fake GPUs whose utilisation the test sets
-through the monitor's FAKE utilisation file (honoured for a declared inventory only)."""
+through the hub's GPU source (:class:`tests.fake_gpus.FileReadingsGPUs`, plugged in by
+configuration): the readings take the path NVML's take, through the GPU board."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +17,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests import fake_gpus
+from tests.conftest import REPO
 from tests.hubproc import TWO_FAKE_GPUS, ScaleLabUp, execute, running
 from tests.test_ops_hub import execute_when_ready
 
@@ -27,14 +31,22 @@ def culling_hub(tmp_path: Path, **culling: int) -> Iterator[ScaleLabUp]:
     """A running ``scalelab up`` with two declared GPUs whose utilisation the test sets.
 
     ``culling`` are ``c.ScaleLabCulling`` settings (seconds); ``hub.utilization`` is the
-    fake-utilisation file the GPU monitor reads (``{uuid: percent}``), starting empty.
+    readings file of the hub's GPU source (``{uuid: percent}``), starting empty. The hub
+    imports that source from this repository (``PYTHONPATH``).
     """
     utilization = tmp_path / "fake-utilization.json"
     utilization.write_text("{}")
-    settings = {"poll_interval": 2, **culling, "fake_utilization_file": str(utilization)}
+    settings = {"poll_interval": 2, **culling}
+    source = (
+        f"c.ScaleLabSpawner.gpu_source_class = {fake_gpus.IMPORT_PATH!r}\n"
+        f"c.FileReadingsGPUs.readings_file = {str(utilization)!r}\n"
+    )
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))
     up = ScaleLabUp(
         tmp_path / "state",
+        env={"PYTHONPATH": path},
         extra_config=TWO_FAKE_GPUS
+        + source
         + "".join(f"c.ScaleLabCulling.{key} = {value!r}\n" for key, value in settings.items()),
     )
     up.utilization = utilization

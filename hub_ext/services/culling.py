@@ -10,8 +10,8 @@ cannot see two things, which ScaleLab's GPU monitor
   ``gpu_idle_timeout`` seconds is warned ``gpu_idle_warning`` seconds before, then stopped, so
   its GPUs return to the pool. Its files are kept (stopping a server deletes nothing).
 
-A GPU whose utilisation cannot be read (no NVML sample, a MIG instance) never counts as idle:
-a server is only stopped on evidence.
+A GPU whose utilisation cannot be read (a declared GPU, no NVML sample, a MIG instance) never
+counts as idle: a server is only stopped on evidence.
 
 :func:`decide` is the rule; :class:`ScaleLabCulling` holds the settings
 (``c.ScaleLabCulling.*`` in ``jupyterhub_config.py``); :func:`configure_culling` turns them into
@@ -25,8 +25,10 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from traitlets import Bool, Float, Integer, Unicode, validate
-from traitlets.config import Config, Configurable
+from traitlets import Bool, Float, Integer, validate
+from traitlets.config import Config
+
+from scalelab.common.strictconfig import StrictConfigurable, UnknownSettingError
 
 NONE, WARN, STOP = "none", "warn", "stop"
 
@@ -145,11 +147,18 @@ def decide(
     return Decision(active, NONE, since, why_active or f"GPU idle for {idle_s:.0f} s")
 
 
-class ScaleLabCulling(Configurable):
+class ScaleLabCulling(StrictConfigurable):
     """Culling of idle servers, GPU-aware (``c.ScaleLabCulling.*``).
 
     With ``enabled``, the hub runs two services: jupyterhub-idle-culler
     (``scalelab-idle-culler``) and ScaleLab's GPU monitor (``scalelab-gpu-monitor``).
+
+    Raises
+    ------
+    scalelab.common.strictconfig.UnknownSettingError
+        When made with a misspelt setting in ``c.ScaleLabCulling``.
+    traitlets.TraitError, ValueError
+        A value out of range.
     """
 
     enabled = Bool(
@@ -204,14 +213,6 @@ class ScaleLabCulling(Configurable):
         help="""Seconds before that stop when the student is warned, once per idle spell: in
         the server log and before the next cell of each of the server's kernels.""",
     )
-    fake_utilization_file = Unicode(
-        "",
-        config=True,
-        help="""FOR TESTS ONLY. A JSON file `{"<uuid>": <percent>}` read as GPU utilisation in
-        place of NVML. Honoured only for GPUs of a DECLARED inventory
-        (ScaleLabSpawner.declared_gpus), never for GPUs found by NVML; the monitor logs each use
-        as FAKE. Empty (the default): NVML readings from the GPU board.""",
-    )
 
     @validate("poll_interval", "busy_threshold_pct", "gpu_idle_timeout", "gpu_idle_warning")
     def _non_negative(self, proposal):
@@ -224,15 +225,6 @@ class ScaleLabCulling(Configurable):
     def rules(self) -> IdleRules:
         """The thresholds of :func:`decide`."""
         return IdleRules(self.busy_threshold_pct, self.gpu_idle_timeout, self.gpu_idle_warning)
-
-
-def _check_keys(section: Config, cls: type[Configurable]) -> None:
-    unknown = sorted(set(section) - set(cls.class_trait_names(config=True)))
-    if unknown:
-        known = ", ".join(sorted(cls.class_trait_names(config=True)))
-        raise ValueError(
-            f"unknown setting(s) c.{cls.__name__}.{', '.join(unknown)}; known: {known}"
-        )
 
 
 def _guard(python: str) -> list[str]:
@@ -257,7 +249,6 @@ def monitor_argv(s: ScaleLabCulling, python: str = sys.executable) -> list[str]:
         "busy_threshold_pct": s.busy_threshold_pct,
         "gpu_idle_timeout": s.gpu_idle_timeout,
         "gpu_idle_warning": s.gpu_idle_warning,
-        "fake_utilization_file": s.fake_utilization_file,
     }
     return [
         *_guard(python),
@@ -276,6 +267,10 @@ MONITOR_SCOPES = [
     "access:servers",
     "proxy",
 ]
+
+
+#: Names of the services (and of their roles) that :func:`configure_culling` adds.
+SERVICE_NAMES = ("scalelab-gpu-monitor", "scalelab-idle-culler")
 
 
 def services(s: ScaleLabCulling) -> tuple[list[dict], list[dict]]:
@@ -305,21 +300,31 @@ def services(s: ScaleLabCulling) -> tuple[list[dict], list[dict]]:
 def configure_culling(c: Config) -> ScaleLabCulling:
     """Read ``c.ScaleLabCulling``, then add the culler and the GPU monitor to ``c``'s services.
 
-    Call it last in ``jupyterhub_config.py`` (``scalelab up`` does), after every setting.
+    Call it last in ``jupyterhub_config.py`` (``scalelab.configure(c)`` does), after every
+    setting. Calling it again replaces what the first call added (services and roles named as
+    in :data:`SERVICE_NAMES`) with the current settings: nothing is added twice.
 
     Raises
     ------
+    scalelab.common.strictconfig.UnknownSettingError
+        A misspelt ``c.ScaleLabCulling`` setting (a ``ValueError``); the message names it and
+        the nearest real one.
     ValueError
-        A misspelt ``c.ScaleLabCulling`` key, or a value out of range; the message names it.
+        A value out of range; the message names it.
     """
-    section = c.ScaleLabCulling if "ScaleLabCulling" in c else Config()
-    _check_keys(section, ScaleLabCulling)
     try:
         settings = ScaleLabCulling(config=c)
+    except UnknownSettingError:
+        raise
     except Exception as exc:  # noqa: BLE001 -- traitlets raises TraitError or ValueError
         raise ValueError(f"c.ScaleLabCulling: {exc}") from None
     svcs, roles = services(settings)
     hub = c.JupyterHub
-    hub.services = [*(hub["services"] if "services" in hub else []), *svcs]
-    hub.load_roles = [*(hub["load_roles"] if "load_roles" in hub else []), *roles]
+    hub.services = [*_without_ours(hub["services"] if "services" in hub else []), *svcs]
+    hub.load_roles = [*_without_ours(hub["load_roles"] if "load_roles" in hub else []), *roles]
     return settings
+
+
+def _without_ours(entries: list[dict]) -> list[dict]:
+    """``entries`` (services or roles) without those an earlier :func:`configure_culling` added."""
+    return [e for e in entries if not (isinstance(e, dict) and e.get("name") in SERVICE_NAMES)]

@@ -27,7 +27,6 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -54,11 +53,8 @@ class Monitor:
     api_url: str
     token: str
     rules: IdleRules
-    fake_utilization_file: str = ""
     memory: dict[str, ServerMemory] = field(default_factory=dict)
     session: requests.Session = field(default_factory=requests.Session)
-
-    _fake_seen: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
         self.session.headers["Authorization"] = f"token {self.token}"
@@ -88,33 +84,19 @@ class Monitor:
             offset = following["offset"]
 
     def gpu_readings(self) -> dict[str, tuple[list[str], dict[str, float]]]:
-        """server key ``user/name`` -> (held GPU UUIDs, utilisation % of those readable)."""
+        """server key ``user/name`` -> (held GPU UUIDs, utilisation % of those readable).
+
+        The readings are the GPU board's (``utilization_pct``, from the hub's GPU source); a GPU
+        whose reading is null there is left out: unknown, never idle."""
         board = self._get(f"{self.api_url}/scalelab/gpus")
-        fake: dict[str, float] = {}
-        if self.fake_utilization_file and board["source"] == "declared":
-            try:
-                fake = json.loads(Path(self.fake_utilization_file).read_text())
-            except (OSError, ValueError) as exc:
-                log.error(
-                    "FAKE utilisation file %s unreadable: %s", self.fake_utilization_file, exc
-                )
-            else:
-                if fake != self._fake_seen:
-                    log.warning(
-                        "FAKE GPU utilisation from %s: %s", self.fake_utilization_file, fake
-                    )
-                self._fake_seen = fake
         held: dict[str, tuple[list[str], dict[str, float]]] = {}
         for gpu in board["gpus"]:
             if not gpu["holder"]:
                 continue
             uuids, util = held.setdefault(gpu["holder"]["server"], ([], {}))
             uuids.append(gpu["uuid"])
-            reading = gpu["utilization_pct"]
-            if reading is None and gpu["uuid"] in fake:
-                reading = float(fake[gpu["uuid"]])
-            if reading is not None:
-                util[gpu["uuid"]] = float(reading)
+            if gpu["utilization_pct"] is not None:
+                util[gpu["uuid"]] = float(gpu["utilization_pct"])
         return held
 
     def server_urls(self) -> dict[str, str]:
@@ -226,7 +208,6 @@ def main(argv: list[str] | None = None) -> int:
             settings["gpu_idle_timeout"],
             settings["gpu_idle_warning"],
         ),
-        fake_utilization_file=settings["fake_utilization_file"],
     )
     log.info("watching kernels and GPUs every %s s: %s", settings["poll_interval"], monitor.rules)
     signal.signal(signal.SIGTERM, _raise_interrupt)
