@@ -136,16 +136,23 @@ def validate_hub_config(c: Config, source: str = "your config file") -> None:
     """
     from scalelab.common.config_registry import hub_classes
     from scalelab.hub_ext.services.culling import configure_culling
-    from scalelab.spawner.gpu_spawner import validate_config
+    from scalelab.spawner.course import CourseSpawnerMixin
+    from scalelab.spawner.validation import validate_spawner_config
 
     spawner_class = spawner_class_of(c)
+    if not issubclass(spawner_class, CourseSpawnerMixin):
+        raise ConfigProblem(
+            f"c.JupyterHub.spawner_class is {spawner_class.__module__}.{spawner_class.__name__}, "
+            "which has no ScaleLab course layer (store, Spark, kernels, GPUs)",
+            'Use "scalelab" (local processes), or a class of your own that puts '
+            "scalelab.spawner.course.CourseSpawnerMixin first among its bases.",
+        )
     try:
-        validate_config(c)
+        validate_spawner_config(c, spawner_class)
         for entry in hub_classes():
-            cls = entry.load()
-            if entry.includes:  # the spawner's section: the configured class's own settings
-                check_section(c, spawner_class, entry.name)
+            if entry.includes:  # the spawner's section: checked with the spawner class above
                 continue
+            cls = entry.load()
             check_section(c, cls)
             if entry.name == "ScaleLabCulling":
                 configure_culling(copy.deepcopy(c))  # it adds services to the config it is given
