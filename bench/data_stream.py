@@ -13,21 +13,35 @@ groups; ``--quick``: 16 MiB shards of 4 MiB row groups) into a temporary local s
   from the same disk;
 - ``pandas``: the usual pattern, ``pandas.read_parquet(folder)`` then ``DataFrame.to_numpy()``.
 
+The baseline a user would choose instead is ``pandas``: its memory (and speed) beside the
+stream's; ``raw`` is the speed bound (no decoding at all), not an alternative a user has.
+
 Prints one JSON object:
 
 - ``throughput_ratio``: raw seconds / stream seconds on the 4 GiB set (goal >= 0.8), with
   ``throughput_ratio_1g`` and both rates in MiB/s (``stream_mib_s_*``, ``raw_mib_s_*``);
 - ``peak_rss_mib_1g``, ``peak_rss_mib_4g``: peak memory of the streaming child and its two
   DataLoader workers (goal: flat, < 1024). Summed over the processes as PSS (proportional set
-  size: pages shared by the forked workers are counted once), sampled every 250 ms with psutil;
-  ``peak_rss_sum_mib_*`` sums each process's peak RSS (the kernel's ``VmHWM``), which counts
-  shared pages once per process: an upper bound;
+  size: pages shared by the forked workers are counted once), read with psutil before the
+  stream starts, at its first batch and its last (every process alive; the workers exit just
+  after the last), and every 250 ms between (``pss_samples_*`` says how many), so a run
+  shorter than the interval still has at least three readings (``stream_processes_*``: the
+  processes seen, 3 when both workers were caught); ``start_pss_mib_*`` is the first reading,
+  the child alone with its imports done and no data read (torch alone is about 500 MiB of it;
+  PSS divides a shared library's pages among every process on the machine that maps them, so
+  other users' torch processes lower it), so the stream's own memory is the difference;
+  ``peak_rss_sum_mib_*`` sums each process's peak RSS (the kernel's ``VmHWM``, a counter that
+  misses no peak, read every 50 ms and at the first and last batch), which counts shared pages
+  once per process: an upper bound;
 - ``baseline_peak_rss_mib_1g``, ``baseline_peak_rss_mib_4g``: the pandas child's peak RSS
-  (``resource.getrusage``, ru_maxrss), and its speed ``baseline_mib_s_*``; skipped (null, with
-  ``baseline_skipped_*`` saying why) when the machine has not 3.5 times the data set free;
+  (its ``ru_maxrss``, from ``wait4``), and its speed ``baseline_mib_s_*`` and CPU seconds
+  ``baseline_cpu_s_*``; skipped (null, with ``baseline_skipped_*`` saying why) when the
+  machine has not 3.5 times the data set free;
 - ``stream_cpu_s_*``, ``raw_cpu_s_*``: CPU seconds (user + system, workers included) of each,
-  which other users of a busy machine disturb less than wall time; ``load_avg_1m_at_start``
-  says how busy the machine was;
+  which other users of a busy machine disturb less than wall time; the load average at the
+  start and end (``load_avg_at_start``, ``load_avg_at_end``, ``load_avg_1m_at_start``) says
+  how busy the machine was, ``bench_*`` the bench's own wall and CPU seconds (writing the
+  shards, its children);
 - ``sizes_mib``: the data set sizes measured (``--quick``: 64 and 256 MiB instead of 1 and 4 GiB).
 
 The page cache is not dropped (that needs root and would hit other users): the raw reader and
@@ -41,13 +55,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -55,6 +66,10 @@ import numpy as np
 import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._run_info import PeakMemory, RunInfo, run_measured
 
 FEATURES = 90
 ROW_BYTES = (FEATURES + 1) * 8
@@ -85,49 +100,6 @@ def write_dataset(folder: Path, total_bytes: int, seed: int, quick: bool = False
     return sum(p.stat().st_size for p in folder.iterdir())
 
 
-class TreeSampler(threading.Thread):
-    """Peak memory of this process and its children (the DataLoader workers).
-
-    ``peak_pss``: the largest sum of PSS seen, sampled every 250 ms (reading smaps costs about
-    3 ms a process, so sampling faster would slow the stream it measures). ``peak_rss``: the
-    sum of each process's own peak RSS (``VmHWM``, kept by the kernel, read every 50 ms).
-    """
-
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.me = psutil.Process()
-        self.peak_pss = 0
-        self.hwm: dict[int, int] = {}
-        self.done = threading.Event()
-
-    @property
-    def peak_rss(self) -> int:
-        return sum(self.hwm.values())
-
-    def run(self) -> None:
-        tick = 0
-        while not self.done.wait(0.05):
-            tick += 1
-            procs = [self.me, *self.me.children(recursive=True)]
-            for proc in procs:
-                try:
-                    status = Path(f"/proc/{proc.pid}/status").read_text()
-                except OSError:
-                    continue
-                for line in status.splitlines():
-                    if line.startswith("VmHWM:"):
-                        self.hwm[proc.pid] = int(line.split()[1]) * 1024
-            if tick % 5:
-                continue
-            pss = 0
-            for proc in procs:
-                try:
-                    pss += proc.memory_full_info().pss
-                except psutil.Error:
-                    continue
-            self.peak_pss = max(self.peak_pss, pss)
-
-
 def cpu_seconds() -> float:
     """User + system CPU seconds of this process and its waited-for children."""
     own = resource.getrusage(resource.RUSAGE_SELF)
@@ -144,8 +116,9 @@ def child_stream(folder: Path, store_root: Path) -> dict:
     def features_and_label(batch: dict) -> tuple:
         return batch["features"], batch["year"]
 
-    sampler = TreeSampler()
-    sampler.start()
+    expected = sum(pq.read_metadata(p).num_rows for p in folder.iterdir())
+    sampler = PeakMemory()
+    sampler.start()  # a first reading now, then VmHWM every 50 ms and PSS every 250 ms
     store = open_store(store_root.as_uri())
     ds = TorchParquetDataset(
         str(folder.relative_to(store_root)),
@@ -161,18 +134,24 @@ def child_stream(folder: Path, store_root: Path) -> dict:
     checksum = 0.0
     for x, y in loader:
         assert x.shape == (len(y), FEATURES) and x.dtype == torch.float64, (x.shape, x.dtype)
+        if rows == 0:
+            sampler.sample()  # the first batch: both workers up and streaming
         rows += len(y)
         checksum += float(x[0, 0])
+        if rows == expected:
+            sampler.sample()  # the last batch: the workers still alive (they exit next)
     seconds = time.perf_counter() - start
-    sampler.done.set()
-    sampler.join()
+    sampler.stop()
     del loader  # its workers are joined: their CPU time is in RUSAGE_CHILDREN
     return {
         "seconds": seconds,
         "cpu_s": cpu_seconds() - cpu0,
         "rows": rows,
         "peak_pss": sampler.peak_pss,
+        "start_pss": sampler.first_pss,
         "peak_rss_sum": sampler.peak_rss,
+        "pss_samples": sampler.pss_samples,
+        "processes": len(sampler.processes_seen),
     }
 
 
@@ -199,18 +178,17 @@ def child_pandas(folder: Path) -> dict:
     seconds = time.perf_counter() - start
     rows = len(y)
     del frame
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"seconds": seconds, "rows": rows, "peak_rss": peak, "x_bytes": x.nbytes}
+    return {"seconds": seconds, "rows": rows, "x_bytes": x.nbytes}
 
 
 def run_child(mode: str, folder: Path, store_root: Path) -> dict:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", mode, str(folder), str(store_root)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """One measurement in a child of its own; its JSON plus ``peak_rss`` and ``child_cpu_s``
+    (the child's own ``ru_maxrss`` and CPU seconds, from ``wait4``)."""
+    done = run_measured([sys.executable, __file__, "--child", mode, str(folder), str(store_root)])
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out["peak_rss"] = done.peak_rss
+    out["child_cpu_s"] = done.cpu_s
+    return out
 
 
 def mib(n: float) -> float:
@@ -234,8 +212,9 @@ def main() -> None:
         print(json.dumps(result))
         return
 
+    info = RunInfo()
     sizes = {"1g": 64 * 2**20, "4g": 256 * 2**20} if args.quick else {"1g": 2**30, "4g": 4 * 2**30}
-    report: dict = {"quick": args.quick, "load_avg_1m_at_start": round(os.getloadavg()[0], 1)}
+    report: dict = {"quick": args.quick}
     tmp = tempfile.mkdtemp(prefix="scalelab-bench-stream-", dir=args.tmp)
     try:
         store_root = Path(tmp) / "store"
@@ -256,6 +235,7 @@ def main() -> None:
                 assert stream["rows"] == pandas["rows"], (stream["rows"], pandas["rows"])
                 report[f"baseline_peak_rss_mib_{label}"] = mib(pandas["peak_rss"])
                 report[f"baseline_mib_s_{label}"] = round(on_disk / 2**20 / pandas["seconds"], 1)
+                report[f"baseline_cpu_s_{label}"] = round(pandas["child_cpu_s"], 1)
             else:
                 report[f"baseline_peak_rss_mib_{label}"] = None
                 report[f"baseline_skipped_{label}"] = (
@@ -269,11 +249,15 @@ def main() -> None:
             report[f"raw_cpu_s_{label}"] = round(min(raw["cpu_s"], raw_again["cpu_s"]), 2)
             report[f"peak_rss_mib_{label}"] = mib(stream["peak_pss"])
             report[f"peak_rss_sum_mib_{label}"] = mib(stream["peak_rss_sum"])
+            report[f"pss_samples_{label}"] = stream["pss_samples"]
+            report[f"start_pss_mib_{label}"] = mib(stream["start_pss"])
+            report[f"stream_processes_{label}"] = stream["processes"]
             report[f"rows_{label}"] = stream["rows"]
             shutil.rmtree(folder)
         report["throughput_ratio"] = report["throughput_ratio_4g"]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    report.update(info.figures())
     print(json.dumps(report, sort_keys=True))
 
 

@@ -15,9 +15,16 @@ folder, then times, on the same bytes and each in this one process unless said o
 - ``stream_in_process``: the whole :class:`~scalelab.store.streaming.TorchParquetDataset` pass,
   stacked, shuffled, ``batch_size=4096``, without workers.
 
+The baseline is ``raw_read``, the bound every other stage is held against (a profile, not a
+contest: the alternative a user would choose instead, ``pandas.read_parquet``, is measured by
+``bench/data_stream.py``).
+
 Prints one JSON object: for each stage ``<stage>_mib_per_cpu_s`` (MiB of the data set handled
-per CPU second; ``loader_transfer_mib_s`` in MiB per wall second), ``data_mib``, and
-``load_avg_1m_at_start``. The fastest of three runs counts.
+per CPU second; ``loader_transfer_mib_s`` in MiB per wall second), ``data_mib``, the load
+average at the start and end (``load_avg_at_start``, ``load_avg_at_end``,
+``load_avg_1m_at_start``) and the bench's own wall and CPU seconds (``bench_wall_s``,
+``bench_cpu_s``; the DataLoader workers' in ``bench_children_cpu_s``). The fastest of three
+runs counts.
 
 Usage: ``.venv/bin/python bench/data_stream_profile.py [--tmp DIR]``.
 """
@@ -27,8 +34,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -39,6 +46,9 @@ import pyarrow.parquet as pq
 import torch
 import torch.utils.data
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._run_info import RunInfo
 from scalelab.store import open_store
 from scalelab.store.streaming import TorchParquetDataset
 from scalelab.store.streaming.parquet_stream import auto_read_rows
@@ -82,7 +92,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tmp", type=Path, default=None, help="folder for the temporary store")
     args = parser.parse_args()
-    report: dict = {"load_avg_1m_at_start": round(os.getloadavg()[0], 1)}
+    info = RunInfo()
+    report: dict = {}
     tmp = Path(tempfile.mkdtemp(prefix="scalelab-bench-profile-", dir=args.tmp))
     try:
         folder = tmp / "store" / "shards"
@@ -150,6 +161,7 @@ def main() -> None:
         report["loader_transfer_mib_s"] = round(2 * count * BATCH * 90 * 8 / 2**20 / best, 1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    report.update(info.figures())
     print(json.dumps(report, sort_keys=True))
 
 

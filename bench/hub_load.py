@@ -1,35 +1,40 @@
-"""Benchmark: the hub's REST API under load, with many users' servers running.
+"""Benchmark: the hub's REST API under load, with many users' servers running, against a plain hub.
 
 A real hub on ScaleLab's generated configuration (``ScaleLabSpawner``, the GPU board, the idle
 culler and the GPU monitor, SQLite, configurable-http-proxy) starts ``servers`` users' servers;
 they are light stand-ins (``bench/tiny_server.py``: one small stdlib HTTP process each), since
 50 JupyterLab servers do not fit a 2-core machine's minute. Then ``requests`` REST calls are
 made to the hub through the proxy, ``concurrency`` (200) at a time, with an admin's generated
-token: each is one of
-``GET /hub/api/users/<name>``, ``GET /hub/api/users?state=active``, ``GET /hub/api/`` and
-``GET /hub/api/scalelab/gpus``, in turn.
+token, each one of ``GET /hub/api/users/<name>``, ``GET /hub/api/users?state=active`` and
+``GET /hub/api/``, in turn (``request_mix``).
 
-In the same run, the same load goes to a baseline: a plain JupyterHub with none of ScaleLab's
-configuration (:class:`BareHub`: ``SimpleLocalProcessSpawner`` starting the same tiny servers,
-SQLite, configurable-http-proxy, JupyterHub's defaults otherwise). It has no GPU board, so its
-fourth call is ``GET /hub/api/`` again, the cheapest of JupyterHub's (the ratio errs against
-ScaleLab). Both hubs run side by side and take the load in turns, in up to 5 rounds each
-(each round ``concurrency`` calls or more, the order alternating), so that other work on the
-machine falls on both alike; only one is loaded at a time.
+The baseline is what an operator would run instead: a plain JupyterHub with none of
+ScaleLab's configuration (:class:`BareHub`: ``SimpleLocalProcessSpawner`` starting the same
+tiny servers, SQLite, configurable-http-proxy, JupyterHub's defaults otherwise). It takes the
+same request mix, so ``p99_ratio`` and ``hub_cpu_ratio`` measure what ScaleLab adds to the
+same work. ScaleLab's GPU board (``GET /hub/api/scalelab/gpus``) has no counterpart on a
+plain hub: it is timed apart, on ScaleLab's hub, as many calls as the mix and as many at a
+time (``gpu_board_*``), and is in neither ratio. Both hubs run side by side; the three loads
+(ScaleLab's mix, the baseline's mix, the GPU board) take turns in up to 5 rounds (each round
+``concurrency`` calls or more), the order rotated by one each round, so that other work on
+the machine falls on all alike; only one load runs at a time.
 
-Prints one JSON object: ``servers``, ``requests``, ``concurrency``, ``p50_ms``, ``p99_ms``
-(the goal is < 250), ``failures`` (anything but HTTP 200, or no answer in 60 s; must be 0),
-``hub_rss_mib`` (the hub process's resident memory after the load), ``spawn_s`` (seconds to
-start every server), ``hub_cpu_ms_per_request`` (the hub process's CPU time during the load,
-user + system, per request: the service time that queueing multiplies, and steadier than
-latency on a shared machine); the baseline's ``baseline_p50_ms``, ``baseline_p99_ms``,
-``baseline_failures``, ``baseline_hub_rss_mib``, ``baseline_hub_cpu_ms_per_request``;
-``p99_ratio`` and ``hub_cpu_ratio`` (ScaleLab / baseline); ``load_avg_1m_at_start``
-(``os.getloadavg()`` before the first hub starts: other work on the machine shows there).
-``--quick`` (20 servers, 200 requests per hub) finishes within about a minute; the default is
-50 servers and 2,000 requests. ``--no-baseline`` measures ScaleLab's hub only; ``--py-spy
-FILE`` records ScaleLab's hub with py-spy (``pip install py-spy``) during the load: a flame
-graph (SVG), or py-spy's raw collapsed stacks when FILE ends in ``.txt``.
+Prints one JSON object: ``servers``, ``requests``, ``concurrency``, ``request_mix``,
+``p50_ms``, ``p99_ms`` (the goal is < 250), ``failures`` (anything but HTTP 200, or no answer
+in 60 s; must be 0), ``hub_rss_mib`` (the hub process's resident memory after the load),
+``hub_peak_rss_mib`` (its peak, the kernel's ``VmHWM``), ``spawn_s`` (seconds to start every
+server), ``hub_cpu_ms_per_request`` (the hub process's CPU time during the load, user +
+system, per request: the service time that queueing multiplies, and steadier than latency on
+a shared machine); the same for the baseline as ``baseline_*``; ``p99_ratio`` and
+``hub_cpu_ratio`` (ScaleLab / baseline, same mix); ``gpu_board_p50_ms``, ``gpu_board_p99_ms``,
+``gpu_board_failures``, ``gpu_board_hub_cpu_ms_per_request``; the load average at the start
+and end (``load_avg_at_start``, ``load_avg_at_end``, ``load_avg_1m_at_start``: other work on
+the machine shows there) and the bench's own CPU seconds (the load generator, ``bench_cpu_s``).
+``--quick`` (20 servers, 400 requests per load: 2 rounds) takes about half a minute on 2
+busy cores; the default, 50 servers and 2,000 requests per load (5 rounds), about a minute
+and a half. ``--no-baseline`` measures ScaleLab's hub only; ``--py-spy FILE`` records
+ScaleLab's hub with py-spy (``pip install py-spy``) during the load: a flame graph (SVG), or
+py-spy's raw collapsed stacks when FILE ends in ``.txt``.
 
 Usage: ``.venv/bin/python bench/hub_load.py [--quick]`` from the repository root.
 """
@@ -56,6 +61,7 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._run_info import RunInfo, vm_hwm
 from scalelab.commands.up import find_proxy, free_port
 from tests.hubproc import PlainHub  # the same harness as the integration tests
 
@@ -85,8 +91,12 @@ c.JupyterHub.services = [{{"name": "tests", "api_token": {token!r}}}]
 c.JupyterHub.load_roles = [{{"name": "admin", "services": ["tests"]}}]
 """
 
-SCALELAB_PATHS = ["/users/{user}", "/users?state=active", "/", "/scalelab/gpus"]
-BASELINE_PATHS = ["/users/{user}", "/users?state=active", "/", "/"]
+#: The request mix both hubs take: JupyterHub's own REST API, in turn.
+MIX_PATHS = ["/users/{user}", "/users?state=active", "/"]
+SCALELAB_PATHS = MIX_PATHS
+BASELINE_PATHS = MIX_PATHS
+#: ScaleLab's GPU board: no counterpart on a plain JupyterHub, so timed apart (not in ratios).
+GPU_BOARD_PATHS = ["/scalelab/gpus"]
 
 
 class BareHub(PlainHub):
@@ -208,6 +218,7 @@ class Target:
     requests: int = 0
     cpu_s: float = 0.0
     rss_mib: float = 0.0
+    peak_rss_mib: float = 0.0
 
     def prepare(self, servers: int, batch: int) -> None:
         """Start the hub and ``servers`` users' servers; a token; a small warm-up load."""
@@ -219,6 +230,12 @@ class Target:
         self.token = admin_token(self.hub)
         load(self.hub, self.token, self.users, 20, 20, self.paths)
 
+    def same_hub(self, paths: list[str]) -> Target:
+        """Another load (``paths``) on this prepared hub, measured apart."""
+        other = Target(self.hub, paths, users=self.users, token=self.token)
+        load(other.hub, other.token, other.users, 20, 20, other.paths)
+        return other
+
     def round(self, count: int, concurrency: int) -> None:
         """``count`` calls, ``concurrency`` at a time; adds latencies, failures, CPU time."""
         proc = psutil.Process(self.hub.proc.pid)
@@ -229,6 +246,7 @@ class Target:
         self.failures += failures
         self.requests += count
         self.rss_mib = proc.memory_info().rss / 2**20
+        self.peak_rss_mib = vm_hwm(proc.pid) / 2**20
 
     def figures(self) -> dict:
         lat = self.latencies
@@ -237,6 +255,7 @@ class Target:
             "p99_ms": round(percentile(lat, 99), 1) if lat else None,
             "failures": self.failures,
             "hub_rss_mib": round(self.rss_mib, 1),
+            "hub_peak_rss_mib": round(self.peak_rss_mib, 1),
             "spawn_s": round(self.spawn_s, 1),
             "hub_cpu_ms_per_request": round(self.cpu_s * 1000 / max(self.requests, 1), 2),
         }
@@ -250,52 +269,72 @@ def rounds(count: int, concurrency: int) -> list[int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="20 servers, 200 requests")
+    parser.add_argument("--quick", action="store_true", help="20 servers, 400 requests")
     parser.add_argument("--servers", type=int, help="users with a running server (default 50)")
-    parser.add_argument("--requests", type=int, help="REST calls (default 2000)")
+    parser.add_argument("--requests", type=int, help="REST calls per load (default 2000)")
     parser.add_argument("--concurrency", type=int, default=200, help="calls in flight")
     parser.add_argument("--no-baseline", action="store_true", help="skip the plain JupyterHub")
     parser.add_argument("--py-spy", default="", metavar="SVG", help="profile ScaleLab's hub")
     args = parser.parse_args()
+    info = RunInfo()
     servers = args.servers or (20 if args.quick else 50)
-    count = args.requests or (200 if args.quick else 2000)
+    count = args.requests or (400 if args.quick else 2000)
     batch = 10
     tiny = str(Path(__file__).with_name("tiny_server.py"))
-    load_avg = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="scalelab-hub-load-") as tmp:
         extra = TINY.format(python=sys.executable, tiny=tiny, batch=batch)
         scalelab = Target(PlainHub(Path(tmp) / "state", extra_config=extra), SCALELAB_PATHS)
-        targets = [scalelab]
+        baseline = None
         if not args.no_baseline:
-            targets.append(Target(BareHub(Path(tmp) / "baseline", tiny, batch), BASELINE_PATHS))
+            baseline = Target(BareHub(Path(tmp) / "baseline", tiny, batch), BASELINE_PATHS)
+        hubs = [t for t in (scalelab, baseline) if t is not None]
         recorder = None
         try:
-            for target in targets:
+            for target in hubs:
                 target.prepare(servers, batch)
+            board = scalelab.same_hub(GPU_BOARD_PATHS)
+            loads = [*hubs, board]
             if args.py_spy:
                 recorder = py_spy(scalelab.hub.proc.pid, args.py_spy)
             for i, size in enumerate(rounds(count, args.concurrency)):
-                for target in targets if i % 2 == 0 else targets[::-1]:
+                shift = i % len(loads)
+                for target in loads[shift:] + loads[:shift]:
                     target.round(size, args.concurrency)
         finally:
             if recorder is not None:
                 recorder.send_signal(signal.SIGINT)
                 recorder.wait(timeout=60)
-            for target in targets:
+            for target in hubs:
                 target.hub.close()
     result = {"servers": servers, "requests": count, "concurrency": args.concurrency}
+    result["request_mix"] = ["GET /hub/api" + p for p in MIX_PATHS]
     figures = scalelab.figures()
     result.update(figures)
-    if len(targets) > 1:
-        baseline = targets[1].figures()
-        for key in ("p50_ms", "p99_ms", "failures", "hub_rss_mib", "hub_cpu_ms_per_request"):
-            result[f"baseline_{key}"] = baseline[key]
-        if figures["p99_ms"] and baseline["p99_ms"]:
-            result["p99_ratio"] = round(figures["p99_ms"] / baseline["p99_ms"], 2)
-        if baseline["hub_cpu_ms_per_request"]:
-            cpu = figures["hub_cpu_ms_per_request"] / baseline["hub_cpu_ms_per_request"]
+    if baseline is not None:
+        result["baseline"] = (
+            "plain JupyterHub (SimpleLocalProcessSpawner, the same stand-in servers, SQLite, "
+            "configurable-http-proxy, JupyterHub's defaults), the same request mix"
+        )
+        base = baseline.figures()
+        for key in (
+            "p50_ms", "p99_ms", "failures", "hub_rss_mib", "hub_peak_rss_mib", "spawn_s",
+            "hub_cpu_ms_per_request",
+        ):  # fmt: skip
+            result[f"baseline_{key}"] = base[key]
+        if figures["p99_ms"] and base["p99_ms"]:
+            result["p99_ratio"] = round(figures["p99_ms"] / base["p99_ms"], 2)
+        if base["hub_cpu_ms_per_request"]:
+            cpu = figures["hub_cpu_ms_per_request"] / base["hub_cpu_ms_per_request"]
             result["hub_cpu_ratio"] = round(cpu, 2)
-    result["load_avg_1m_at_start"] = round(load_avg, 2)
+    gpu = board.figures()
+    for key in ("p50_ms", "p99_ms", "failures", "hub_cpu_ms_per_request"):
+        result[f"gpu_board_{key}"] = gpu[key]
+    result["gpu_board_requests"] = board.requests
+    result["gpu_board_note"] = (
+        "GET /hub/api/scalelab/gpus, ScaleLab's only: no counterpart on a plain JupyterHub, "
+        "so timed apart on ScaleLab's hub and in neither ratio"
+    )
+    result.update(info.figures())
     print(json.dumps(result))
 
 

@@ -1,17 +1,38 @@
-"""Seconds until a first cell runs: ScaleLab's PySpark kernel versus one that builds Spark first.
+"""Seconds to a first cell and a first Spark result: ScaleLab's PySpark kernel against a plain one.
 
-Both kernels are the same ipykernel with the same environment (``local[2]``, 1g driver); the
-baseline's start-up builds the SparkSession before the kernel answers (what a kernel that runs
-``SparkSession.builder.getOrCreate()`` at start does), ScaleLab's builds it in the background.
-Runs alternate (baseline, ScaleLab, baseline ...). Each time is from "start the kernel" to the
-reply of a first cell that does not touch Spark; after it, a first Spark job is run and timed
-too (``*_spark_ready_median_s``), so no run overlaps the previous one's JVM start (``--quick``
-shuts each kernel, and a half-started JVM, down at once instead).
+The baseline is what a student would run instead: a plain ipykernel in the same virtual
+environment (kernelspec ``[python, -m, ipykernel_launcher, -f, {connection_file}]``, the same
+environment variables) where the student writes the session where they need it::
 
-Prints one JSON object: ``first_cell_speedup`` (baseline median / ScaleLab median; goal >= 3),
-``scalelab_first_cell_median_s``, ``eager_first_cell_median_s``, ``*_spark_ready_median_s``
-(start to a first Spark job done; not with ``--quick``) and the runs. ``--quick`` does 2 pairs
-(about a minute on 2 busy cores), the default 5.
+    from pyspark.sql import SparkSession
+    spark = (SparkSession.builder.master("local[2]")
+             .config("spark.driver.memory", "1g").getOrCreate())
+
+ScaleLab's kernel (``scalelab-pyspark``) has the same master and driver memory
+(``SCALELAB_SPARK_MASTER=local[2]``, ``SCALELAB_SPARK_DRIVER_MEMORY=1g``) and builds ``spark``
+in a background thread. Each kernel is timed from "start the kernel" in two ways, each in a
+fresh kernel:
+
+- ``cell_first``: a first cell that does not use Spark (``6 * 7``): ``*_first_cell_median_s``;
+  then at once the Spark cell (plain: the lines above and ``spark.range(3).count()``;
+  ScaleLab: ``spark.range(3).count()``): the time until that result is ``*_spark_ready_median_s``,
+  when ``spark`` is usable for a student who ran something else first;
+- ``spark_first``: the Spark cell is the first cell: ``*_first_spark_median_s``.
+
+The four variants (2 kernels x 2 ways) run in rounds, the order rotated by one each round, one
+kernel at a time; one untimed plain start with Spark warms the page cache first. Just before
+each kernel is shut down, the CPU seconds (user + system) of its process tree (the kernel and
+its JVM) and the sum of their peak RSS (``VmHWM``) are read with psutil: ``*_cpu_median_s``
+and ``*_peak_rss_median_mib`` per variant.
+
+Prints one JSON object: the medians above, ``first_cell_ratio``, ``first_spark_ratio`` and
+``spark_ready_ratio`` (ScaleLab's median / plain's: below 1, ScaleLab is sooner) and
+``*_ratio_paired_median`` (the median of each round's ScaleLab / plain, the two runs of a round
+being close in time: steadier on a busy machine), every run (``runs``), and the load average
+at the start and end with the bench's own CPU seconds.
+``--quick`` does 2 rounds (about 2 minutes on 2 busy cores), the default 5 (about 5).
+
+Usage: ``.venv/bin/python bench/kernel_start.py [--quick]`` from the repository root.
 """
 
 from __future__ import annotations
@@ -25,57 +46,96 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scalelab.kernels.specs import install_kernelspecs, kernelspec
+from bench._run_info import RunInfo, tree, tree_cpu_seconds, tree_peak_rss
+from scalelab.kernels.specs import install_kernelspecs
 from tests.kernelrun import Kernel
 
-EAGER = "bench-eager-pyspark"
-EAGER_STARTUP = (
-    "import os; from pyspark.sql import SparkSession; "
-    "from scalelab.kernels.spark_defaults import DEFAULT_SPARK_MASTER, spark_conf; "
-    "spark = SparkSession.builder.config(map=spark_conf("
-    "os.environ.get('SCALELAB_SPARK_MASTER') or DEFAULT_SPARK_MASTER, '1g', 'bench-eager')"
-    ").getOrCreate(); sc = spark.sparkContext"
-)
+MASTER = "local[2]"
+DRIVER_MEMORY = "1g"
+PLAIN = "bench-plain-python"
+SCALELAB = "scalelab-pyspark"
+KERNELS = {"plain": PLAIN, "scalelab": SCALELAB}
+#: The Spark cell as a student writes it in a plain kernel, and in ScaleLab's (``spark`` given).
+SPARK_CELL = {
+    "plain": (
+        "from pyspark.sql import SparkSession\n"
+        f"spark = SparkSession.builder.master({MASTER!r})"
+        f".config('spark.driver.memory', {DRIVER_MEMORY!r}).getOrCreate()\n"
+        "spark.range(3).count()"
+    ),
+    "scalelab": "spark.range(3).count()",
+}
+VARIANTS = [
+    ("plain", "cell_first"),
+    ("scalelab", "cell_first"),
+    ("plain", "spark_first"),
+    ("scalelab", "spark_first"),
+]
 
 
 def install(data_dir: Path) -> None:
-    """ScaleLab's kernelspecs plus the eager baseline's."""
+    """ScaleLab's kernelspecs plus the plain ipykernel baseline's, in one Jupyter data folder."""
     install_kernelspecs(data_dir)
-    spec = kernelspec("pyspark")
-    spec["argv"][-1] = f"--IPKernelApp.exec_lines={EAGER_STARTUP}"
-    spec["display_name"] = "PySpark (Spark built before the kernel answers)"
-    folder = data_dir / "kernels" / EAGER
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (plain ipykernel, same environment)",
+        "language": "python",
+        "interrupt_mode": "signal",
+        "env": {},
+        "metadata": {},
+    }
+    folder = data_dir / "kernels" / PLAIN
     folder.mkdir(parents=True)
     (folder / "kernel.json").write_text(json.dumps(spec))
 
 
-def first_cell(
-    name: str, env: dict[str, str], cwd: str, wait_ready: bool = True
-) -> tuple[float, float | None]:
-    """(seconds to the first cell's reply, seconds until `spark` works or None) for one start.
+def kernel_pid(kernel: Kernel) -> int:
+    return kernel.km.provisioner.pid
 
-    Without ``wait_ready`` the kernel is shut down right after the first cell (its process
-    group, the half-started JVM included).
-    """
+
+def one_start(kind: str, way: str, env: dict[str, str], cwd: str) -> dict:
+    """One fresh kernel of ``kind`` timed the ``way`` given; the kernel is shut down after."""
+    run: dict = {}
     start = time.monotonic()
-    with Kernel(name, env, cwd=cwd) as kernel:
-        reply = kernel.run("6 * 7")
-        first = time.monotonic() - start
-        assert reply["result"] == "42", reply
-        if not wait_ready:
-            return first, None
-        ready = kernel.run("spark.range(3).count()")
-        assert ready["result"] == "3", ready
-        return first, time.monotonic() - start
+    with Kernel(KERNELS[kind], env, cwd=cwd) as kernel:
+        if way == "cell_first":
+            reply = kernel.run("6 * 7")
+            run["first_cell_s"] = time.monotonic() - start
+            assert reply["result"] == "42", reply
+        reply = kernel.run(SPARK_CELL[kind])
+        run["spark_ready_s" if way == "cell_first" else "first_spark_s"] = time.monotonic() - start
+        assert reply["result"] == "3", reply
+        pid = kernel_pid(kernel)
+        procs = tree(pid)
+        run["cpu_s"] = tree_cpu_seconds(pid)
+        run["peak_rss_mib"] = tree_peak_rss(pid) / 2**20
+        run["processes"] = len(procs)
+    # The process group was killed; make sure no JVM of this run outlives it into the next.
+    _, alive = psutil.wait_procs(procs, timeout=10)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return run
+
+
+def median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 3) if values else None
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 pairs of runs instead of 5")
+    parser.add_argument("--quick", action="store_true", help="2 rounds instead of 5")
+    parser.add_argument("--rounds", type=int, help="rounds of the four variants")
     args = parser.parse_args()
-    pairs = 2 if args.quick else 5
+    info = RunInfo()
+    rounds = args.rounds or (2 if args.quick else 5)
+    runs: dict[str, list[dict]] = {f"{kind}_{way}": [] for kind, way in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="scalelab-kernel-start-") as tmp:
         data_dir = Path(tmp) / "share" / "jupyter"
         install(data_dir)
@@ -85,49 +145,48 @@ def main() -> None:
             "JUPYTER_PATH": str(data_dir),
             "SCALELAB_STORE_URL": (Path(tmp) / "store").as_uri(),
             "SCALELAB_STORE_OPTIONS": "{}",
-            "SCALELAB_SPARK_MASTER": "local[2]",
-            "SCALELAB_SPARK_DRIVER_MEMORY": "1g",
+            "SCALELAB_SPARK_MASTER": MASTER,
+            "SCALELAB_SPARK_DRIVER_MEMORY": DRIVER_MEMORY,
             "SCALELAB_GPUS": "",
             "SCALELAB_LOG_DIR": str(Path(tmp) / "logs"),
         }
-        runs: dict[str, list[float]] = {
-            "eager": [],
-            "scalelab": [],
-            "eager_ready": [],
-            "scalelab_ready": [],
-        }
-        for _ in range(pairs):
-            first, ready = first_cell(EAGER, env, tmp, wait_ready=not args.quick)
-            runs["eager"].append(first)
-            if ready is not None:
-                runs["eager_ready"].append(ready)
-            first, ready = first_cell("scalelab-pyspark", env, tmp, wait_ready=not args.quick)
-            runs["scalelab"].append(first)
-            if ready is not None:
-                runs["scalelab_ready"].append(ready)
-    eager = statistics.median(runs["eager"])
-    lazy = statistics.median(runs["scalelab"])
-    print(
-        json.dumps(
-            {
-                "benchmark": "kernel_start",
-                "pairs": pairs,
-                "first_cell_speedup": round(eager / lazy, 2),
-                "scalelab_first_cell_median_s": round(lazy, 3),
-                "eager_first_cell_median_s": round(eager, 3),
-                **{
-                    f"{kind}_spark_ready_median_s": (
-                        round(statistics.median(runs[f"{kind}_ready"]), 3)
-                        if runs[f"{kind}_ready"]
-                        else None
-                    )
-                    for kind in ("scalelab", "eager")
-                },
-                "runs_s": {k: [round(v, 3) for v in vs] for k, vs in runs.items()},
-                "goal": "first_cell_speedup >= 3",
-            }
-        )
+        warmup = one_start("plain", "spark_first", env, tmp)
+        for i in range(rounds):
+            shift = i % len(VARIANTS)
+            for kind, way in VARIANTS[shift:] + VARIANTS[:shift]:
+                runs[f"{kind}_{way}"].append(one_start(kind, way, env, tmp))
+
+    def figure(kind: str, way: str, key: str) -> float | None:
+        return median([r[key] for r in runs[f"{kind}_{way}"]])
+
+    result: dict = {"benchmark": "kernel_start", "rounds": rounds}
+    result["baseline"] = (
+        "plain ipykernel in the same environment; SparkSession.builder.master(local[2])"
+        ".config(spark.driver.memory, 1g).getOrCreate() in the Spark cell"
     )
+    for kind in KERNELS:
+        result[f"{kind}_first_cell_median_s"] = figure(kind, "cell_first", "first_cell_s")
+        result[f"{kind}_first_spark_median_s"] = figure(kind, "spark_first", "first_spark_s")
+        result[f"{kind}_spark_ready_median_s"] = figure(kind, "cell_first", "spark_ready_s")
+    for name, way, key in (
+        ("first_cell", "cell_first", "first_cell_s"),
+        ("first_spark", "spark_first", "first_spark_s"),
+        ("spark_ready", "cell_first", "spark_ready_s"),
+    ):
+        ours, plain = figure("scalelab", way, key), figure("plain", way, key)
+        result[f"{name}_ratio"] = round(ours / plain, 3) if ours and plain else None
+        pairs = zip(runs[f"scalelab_{way}"], runs[f"plain_{way}"], strict=True)
+        result[f"{name}_ratio_paired_median"] = median([s[key] / p[key] for s, p in pairs])
+    for kind, way in VARIANTS:
+        result[f"{kind}_{way}_cpu_median_s"] = figure(kind, way, "cpu_s")
+        result[f"{kind}_{way}_peak_rss_median_mib"] = round(figure(kind, way, "peak_rss_mib"), 1)
+    result["warmup_s"] = round(warmup["first_spark_s"], 3)
+    result["runs"] = {
+        name: [{k: round(v, 3) for k, v in run.items()} for run in values]
+        for name, values in runs.items()
+    }
+    result.update(info.figures())
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":
