@@ -208,3 +208,12 @@ def test_the_installed_server_config_enables_the_extension_by_its_new_path():
     enabled = json.loads((ROOT / "hub_ext" / "jupyter-config" / "scalelab.json").read_text())
     extensions = enabled["ServerApp"]["jpserver_extensions"]
     assert extensions == {"scalelab.hub_ext.server.extension": True}
+
+
+def test_a_spawner_without_the_course_layer_is_still_checked_for_scalelab_sections():
+    c = Config()
+    c.JupyterHub.spawner_class = "simple"  # a benchmark's baseline: JupyterHub's own spawner
+    scalelab.configure(c)
+    c.GPUPolicy.max_gpus_per_usr = 1
+    with pytest.raises(ConfigProblem, match=r"c.GPUPolicy has unknown setting\(s\)"):
+        scalelab.configure(c)

@@ -120,6 +120,14 @@ def spawner_class_of(c: Config) -> type:
         ) from None
 
 
+def is_course_spawner(spawner_class: type) -> bool:
+    """Whether ``spawner_class`` has ScaleLab's course layer
+    (:class:`~scalelab.spawner.course.CourseSpawnerMixin`: store, Spark, kernels, GPUs)."""
+    from scalelab.spawner.course import CourseSpawnerMixin
+
+    return issubclass(spawner_class, CourseSpawnerMixin)
+
+
 def validate_hub_config(c: Config, source: str = "your config file") -> None:
     """Run the validation the hub runs at start on ``c`` (not changed).
 
@@ -136,19 +144,12 @@ def validate_hub_config(c: Config, source: str = "your config file") -> None:
     """
     from scalelab.common.config_registry import hub_classes
     from scalelab.hub_ext.services.culling import configure_culling
-    from scalelab.spawner.course import CourseSpawnerMixin
     from scalelab.spawner.validation import validate_spawner_config
 
     spawner_class = spawner_class_of(c)
-    if not issubclass(spawner_class, CourseSpawnerMixin):
-        raise ConfigProblem(
-            f"c.JupyterHub.spawner_class is {spawner_class.__module__}.{spawner_class.__name__}, "
-            "which has no ScaleLab course layer (store, Spark, kernels, GPUs)",
-            'Use "scalelab" (local processes), or a class of your own that puts '
-            "scalelab.spawner.course.CourseSpawnerMixin first among its bases.",
-        )
     try:
-        validate_spawner_config(c, spawner_class)
+        if is_course_spawner(spawner_class):  # else servers are not course servers: see configure
+            validate_spawner_config(c, spawner_class)
         for entry in hub_classes():
             if entry.includes:  # the spawner's section: checked with the spawner class above
                 continue

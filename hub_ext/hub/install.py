@@ -17,7 +17,12 @@ from typing import Any
 
 from traitlets.config import Config
 
-from scalelab.hub_ext.hub.config_check import ConfigProblem, validate_hub_config
+from scalelab.hub_ext.hub.config_check import (
+    ConfigProblem,
+    is_course_spawner,
+    spawner_class_of,
+    validate_hub_config,
+)
 
 #: Whether the hub-start work (GPU inventory, restart of the saved queue) is scheduled already:
 #: ``configure`` may run twice in one hub (an operator's file loaded by ``scalelab up``'s).
@@ -95,6 +100,15 @@ def configure(c: Config) -> Config:
         app.log.critical("ScaleLab cannot start: %s. %s", exc, exc.fix)
         raise SystemExit(1) from None
     configure_culling(c)
+    spawner_class = spawner_class_of(c)
+    if app is not None and not is_course_spawner(spawner_class):
+        app.log.warning(
+            "ScaleLab: c.JupyterHub.spawner_class %s.%s has no course layer: its servers get no "
+            "course store, Spark settings, kernel allow-list or GPUs. Put "
+            "scalelab.spawner.course.CourseSpawnerMixin first among its bases for those.",
+            spawner_class.__module__,
+            spawner_class.__name__,
+        )
     global _hub_start_scheduled
     if app is not None and not _hub_start_scheduled:
         from scalelab.spawner.hubstart import start_with_hub
