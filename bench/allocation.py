@@ -15,7 +15,16 @@ Prints one JSON object with, per inventory size:
   to the median completion time (1.0: perfectly even; Jain, Chiu & Hawe, DEC-TR-301, 1984);
 - ``jain_fairness_fcfs``: the same with fair share off (plain first come, first served), the
   baseline measured in the same run;
-- ``mean_wait_min``: mean simulated wait in the queue, minutes.
+- ``mean_wait_min``: mean simulated wait in the queue, minutes;
+- ``cpu_s``, ``cpu_s_fcfs``: CPU seconds of each simulation (this process; time is simulated,
+  so CPU, not wall, is the allocator's cost);
+
+and the load average at the start and end (``load_avg_at_start``, ``load_avg_at_end``,
+``load_avg_1m_at_start``) with the bench's own wall and CPU seconds (``bench_*``).
+
+The baseline a scheduler would use instead is plain first come, first served: the same
+allocator with fair share off (``fair_share_s_per_gpu_hour=0``), run in the same process on the
+same arrivals (``jain_fairness_fcfs``, ``mean_wait_min_fcfs``).
 
 ``--quick`` runs 200 requests instead of 1,000.
 """
@@ -28,8 +37,13 @@ import heapq
 import json
 import random
 import statistics
+import sys
 import time
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._run_info import RunInfo
 from scalelab.spawner.allocator import GPUAllocator
 
 
@@ -114,18 +128,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="200 requests instead of 1,000")
     args = parser.parse_args()
+    info = RunInfo()
     n = 200 if args.quick else 1000
     results = []
     for gpus in (8, 64):
+        cpu = time.process_time()
         result = asyncio.run(simulate(gpus, n))
+        result["cpu_s"] = round(time.process_time() - cpu, 3)
+        cpu = time.process_time()
         baseline = asyncio.run(simulate(gpus, n, fair_share=0.0))
+        result["cpu_s_fcfs"] = round(time.process_time() - cpu, 3)
         result["jain_fairness_fcfs"] = baseline["jain_fairness"]
+        result["mean_wait_min_fcfs"] = baseline["mean_wait_min"]
         results.append(result)
     print(
         json.dumps(
             {
                 "results": results,
                 "double_allocations": sum(r["double_allocations"] for r in results),
+                **info.figures(),
             }
         )
     )

@@ -18,7 +18,16 @@ Steps, each reported in one JSON object:
    (``quarantined_while_busy``, with NVML's ``reason``); once the child has exited, the
    re-check returns it to the pool (``free_after_exit``).
 
-Without a GPU it prints ``{"inventory": 0, "reason": ...}`` and exits 0.
+The baseline an operator would use instead is ``CUDA_VISIBLE_DEVICES`` set by hand to a GPU
+index per server, with no allocator: nothing stops two servers from being handed the same GPU,
+and nothing checks that a released GPU is free. This is a correctness check, not a race; its
+only timings are ``check_wall_s`` and ``check_cpu_s`` (the 20 s the child holds its GPU memory
+are most of the wall time), with the load average at the start and end
+(``load_avg_at_start``, ``load_avg_at_end``, ``load_avg_1m_at_start``) and the bench's own CPU
+seconds (``bench_cpu_s``; the child's in ``bench_children_cpu_s``).
+
+Without a GPU it prints ``{"inventory": 0, "reason": ...}`` (with the same load and CPU
+figures) and exits 0.
 """
 
 from __future__ import annotations
@@ -28,7 +37,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._run_info import RunInfo
 from scalelab.spawner.allocator import GPUAllocator
 from scalelab.spawner.environment import server_environment
 from scalelab.spawner.gpu_source import NVMLGPUs
@@ -94,4 +107,9 @@ async def main() -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main())))
+    info = RunInfo()
+    result = asyncio.run(main())
+    figures = info.figures()
+    result["check_wall_s"] = figures["bench_wall_s"]
+    result["check_cpu_s"] = round(figures["bench_cpu_s"] + figures["bench_children_cpu_s"], 2)
+    print(json.dumps({**result, **figures}))
