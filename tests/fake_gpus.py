@@ -5,7 +5,7 @@ configuration, where a real hub would use NVML::
 
     c.ScaleLabSpawner.declared_gpus = [{"uuid": "GPU-fake-0000"}, ...]
     c.ScaleLabSpawner.gpu_source_class = "tests.fake_gpus.FileReadingsGPUs"
-    c.FileReadingsGPUs.readings_file = "/tmp/.../utilization.json"  # {"GPU-fake-0000": 90}
+    c.FileReadingsGPUs.readings_file = "<test tmp dir>/utilization.json"  # {"GPU-fake-0000": 90}
 
 The hub then needs the repository root on ``PYTHONPATH``. The readings reach the GPU board,
 the GPU monitor and the culler through the one path real readings take.
