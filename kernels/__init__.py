@@ -9,6 +9,8 @@ Run inside each kernel process; the spawner and the commands read only the setti
 - :mod:`~scalelab.kernels.spark_defaults` -- Spark's defaults and the session's settings (pure);
 - :mod:`~scalelab.kernels.startup` -- what each kernel does when it starts (``spark``, ``store``,
   the banner, GPU session warnings);
+- :mod:`~scalelab.kernels.import_order` -- Triton loaded before TensorFlow (a native clash that
+  kills a kernel using both);
 - :mod:`~scalelab.kernels.spark_session` -- ``spark`` built in a background thread;
 - :mod:`~scalelab.kernels.spark_errors` -- Spark failures explained, with the setting to change;
 - :mod:`~scalelab.kernels.notices` -- notices from the hub printed before the next cell;

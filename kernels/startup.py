@@ -16,6 +16,7 @@ from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from scalelab import envvars
+from scalelab.kernels import import_order
 from scalelab.store.access.session import kernel_store
 
 
@@ -99,6 +100,7 @@ def start(flavour: str, namespace: MutableMapping[str, Any]) -> None:
 
     Prints one banner line per item; never raises, so a bad setting cannot kill the kernel.
     """
+    import_order.install()  # before anything imports TensorFlow: see kernels/import_order.py
     lines = [f"ScaleLab {flavour} kernel: {gpu_banner()}"]
     lines.append(kernel_store(namespace))
     if flavour == "tensorflow":
