@@ -147,11 +147,14 @@ def declared_inventory(entries: Sequence[Mapping[str, Any]]) -> GPUInventory:
     allowed = {"uuid", "name", "memory_mib"}
     gpus = []
     for index, entry in enumerate(entries):
-        unknown = set(entry) - allowed
-        if unknown or not isinstance(entry.get("uuid"), str) or not entry["uuid"]:
-            raise ValueError(
-                f"ScaleLabSpawner.declared_gpus[{index}] needs a 'uuid' and only {sorted(allowed)}"
-            )
+        where = f"ScaleLabSpawner.declared_gpus[{index}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where} must be a dict like {{'uuid': 'GPU-...'}}, not {entry!r}")
+        unknown = sorted(set(entry) - allowed)
+        if unknown:
+            raise ValueError(f"{where} has unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+        if not isinstance(entry.get("uuid"), str) or not entry["uuid"]:
+            raise ValueError(f"{where} needs a 'uuid' (a non-empty string)")
         gpus.append(
             GPU(
                 index,

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from traitlets import TraitError
 from traitlets.config import Config
 
 from scalelab.common.strictconfig import check_section
 from scalelab.spawner.course import CourseSpawnerMixin
 from scalelab.spawner.gpu_spawner import check_spawn_settings
 from scalelab.spawner.local import ScaleLabSpawner
+from scalelab.spawner.profiles import check_memory_choices
 
 
 def _scalelab_section(cls: type) -> bool:
@@ -59,7 +61,8 @@ def validate_spawner_config(config: Config, spawner_class: type | None = None) -
         A misspelt setting (a ``TraitError`` and a ``ValueError``); the message names it and
         the nearest real one.
     traitlets.TraitError, ValueError
-        A bad value, profile, memory size, declared GPU or GPU source; the message names it.
+        A value of the wrong type (``spark_driver_memory = 5``), a bad value, profile, memory
+        size, declared GPU or GPU source; the message names it.
     """
     spawner_class = spawner_class or ScaleLabSpawner
     for cls in spawner_class.__mro__:
@@ -67,3 +70,18 @@ def validate_spawner_config(config: Config, spawner_class: type | None = None) -
             check_section(config, spawner_class, cls.__name__)
     settings = spawner_settings(config, spawner_class)
     check_spawn_settings(config, settings, f"c.{spawner_class.__name__}")
+    try:  # traitlets checks each configured value against its trait's type when it is made
+        spawner_class(config=config)
+    except TraitError:
+        raise
+    except Exception:  # noqa: BLE001 -- a backend that cannot be made without a user or hub:
+        pass  # its values are checked by JupyterHub at the first spawn
+    memory = settings.get("spark_driver_memory")
+    if memory is not None:
+        try:
+            check_memory_choices([memory])
+        except ValueError:
+            raise ValueError(
+                f"c.{spawner_class.__name__}.spark_driver_memory must be a JVM size like "
+                f"'512m' or '2g', not {memory!r}"
+            ) from None

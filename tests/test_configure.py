@@ -217,3 +217,34 @@ def test_a_spawner_without_the_course_layer_is_still_checked_for_scalelab_sectio
     c.GPUPolicy.max_gpus_per_usr = 1
     with pytest.raises(ConfigProblem, match=r"c.GPUPolicy has unknown setting\(s\)"):
         scalelab.configure(c)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        (
+            "spark_driver_memory",
+            5,
+            "The 'spark_driver_memory' trait of a ScaleLabSpawner instance expected a unicode "
+            "string, not the int 5.",
+        ),
+        (
+            "gpu_queue_timeout",
+            "x",
+            "The 'gpu_queue_timeout' trait of a ScaleLabSpawner instance expected a float, not "
+            "the str 'x'.",
+        ),
+        (
+            "spark_driver_memory",
+            "lots",
+            "c.ScaleLabSpawner.spark_driver_memory must be a JVM size like '512m' or '2g', "
+            "not 'lots'",
+        ),
+    ],
+)
+def test_a_spawner_value_of_the_wrong_kind_is_refused_up_front(key, value, message):
+    c = Config()
+    c.ScaleLabSpawner[key] = value
+    with pytest.raises(ConfigProblem) as info:
+        scalelab.configure(c)
+    assert str(info.value) == f"the configuration is not valid: {message}"

@@ -34,6 +34,13 @@ def test_good_configuration_passes():
         ({"GPUPolicy": {"max_gpus_per_usr": 2}}, TraitError, "unknown setting"),
         ({"ScaleLabSpawner": {"profiles": [{"slug": "cpu", "gpu": 1}]}}, ValueError, "unknown key"),
         ({"ScaleLabSpawner": {"declared_gpus": [{"name": "x"}]}}, ValueError, "needs a 'uuid'"),
+        (
+            {"ScaleLabSpawner": {"declared_gpus": [{"uuid": "GPU-a", "nme": "x"}]}},
+            ValueError,
+            r"declared_gpus\[0\] has unknown key\(s\) \['nme'\]; allowed: "
+            r"\['memory_mib', 'name', 'uuid'\]",
+        ),
+        ({"ScaleLabSpawner": {"declared_gpus": ["GPU-a"]}}, ValueError, "must be a dict like"),
         ({"ScaleLabSpawner": {"spark_driver_memory_choices": ["lots"]}}, ValueError, "sizes like"),
     ],
 )

@@ -200,11 +200,21 @@ def test_cli_fetch_reports_a_corrupt_mirror_with_exit_status_1(
 
 
 def test_data_hint_names_the_missing_sets_and_the_command(tmp_path: Path, course_store: str):
-    hint = data_hint((tmp_path / "empty-store").as_uri())
+    store = (tmp_path / "empty-store").as_uri()
+    hint = data_hint(store)
     assert hint is not None
     assert "not in the store yet: fashion-mnist, millionsong" in hint
-    assert "scalelab data fetch fashion-mnist millionsong" in hint
+    # not the default store (`scalelab up --state-dir X`): the command names it, so a fetch
+    # run as printed fills the running hub's store
+    assert f"scalelab data fetch fashion-mnist millionsong --store {store}    (add" in hint
     assert data_hint(course_store) is None
+
+
+def test_data_hint_leaves_out_the_default_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("SCALELAB_STATE_DIR", str(tmp_path))
+    hint = data_hint((tmp_path.resolve() / "store").as_uri())
+    assert hint is not None
+    assert "scalelab data fetch fashion-mnist millionsong    (add --mirror DIR" in hint
 
 
 @pytest.mark.parametrize("port", ["99999", "-1", "0", "http"])

@@ -35,7 +35,7 @@ import psutil
 
 from scalelab import envvars
 from scalelab.commands.errors import UpError
-from scalelab.commands.state_files import StateFolder, default_store_url
+from scalelab.commands.state_files import StateFolder, default_state_dir, default_store_url
 from scalelab.commands.up_config import (
     UpSettings,
     config_file_text,
@@ -263,9 +263,11 @@ def data_hint(store_url: str) -> str | None:
         return message[0].upper() + message[1:]
     if not missing:
         return None
+    # Name the store unless it is the one `scalelab data fetch` picks by itself.
+    where = "" if store_url == default_store_url(default_state_dir()) else f" --store {store_url}"
     return (
         f"The course data sets are not in the store yet: {', '.join(missing)}. Fetch them with\n"
-        f"  scalelab data fetch {' '.join(missing)}    (add --mirror DIR for a local copy)"
+        f"  scalelab data fetch {' '.join(missing)}{where}    (add --mirror DIR for a local copy)"
     )
 
 
