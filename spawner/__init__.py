@@ -20,7 +20,15 @@ On the hub's event loop:
   JupyterHub spawner can take (store, Spark, kernels, Livy, GPUs);
 - :mod:`~scalelab.spawner.local` -- :class:`ScaleLabSpawner`, course servers as local processes;
 - :mod:`~scalelab.spawner.validation` -- :func:`validate_spawner_config`, a spawner class's
-  settings checked before the hub starts.
+  settings checked before the hub starts;
+- :mod:`~scalelab.spawner.inventory` -- the GPU inventory (NVML discovery, declared GPUs);
+- :mod:`~scalelab.spawner.queue_store` -- the GPU queue saved across hub restarts;
+- :mod:`~scalelab.spawner.hubstart` -- the hub-start work: the pool built, the saved queue
+  started again;
+- :mod:`~scalelab.spawner.server_logs` -- each local server's output in a file of its own;
+- :mod:`~scalelab.spawner.homes` -- homes under ``home_root``;
+- :mod:`~scalelab.spawner.kube` -- granted GPUs as KubeSpawner settings (pure);
+- :mod:`~scalelab.spawner.metrics` -- Prometheus series of the GPUs.
 
 Registered as ``scalelab`` under the ``jupyterhub.spawners`` entry point, so
 ``c.JupyterHub.spawner_class = "scalelab"`` selects it.

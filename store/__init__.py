@@ -10,6 +10,12 @@ Public API (``scalelab.store``):
 - :data:`DATASETS` and :func:`fetch_dataset` -- the course data sets, and how they get into
   the store (:data:`ALL_DATASETS` adds the optional ones, e.g. ``msd-full``).
 
+Subpackages: :mod:`~scalelab.store.access` (reaching the store: URL -> fsspec, HDFS, the
+student's guarded view, checks, the local cache), :mod:`~scalelab.store.datasets` (catalogue,
+fetch, shards) and :mod:`~scalelab.store.streaming` (PyTorch and tf.data datasets);
+:mod:`~scalelab.store.errors` holds the errors of all three. The names above are imported on
+first use.
+
 The store is configured once, by ops, as ``ScaleLabSpawner.store_url`` and
 ``ScaleLabSpawner.store_options``; the spawner hands both to every single-user server as
 ``SCALELAB_STORE_URL`` and ``SCALELAB_STORE_OPTIONS`` (JSON), where this module reads them.
