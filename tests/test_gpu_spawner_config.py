@@ -136,7 +136,7 @@ def test_a_gpu_source_class_that_is_not_one_stops_the_hub_at_start(value, messag
 def test_the_gpu_source_own_section_is_checked_too():
     c = _config(
         ScaleLabSpawner={"gpu_source_class": "tests.fake_gpus.FileReadingsGPUs"},
-        FileReadingsGPUs={"readings_fil": "/tmp/x.json"},
+        FileReadingsGPUs={"readings_fil": "utilization.json"},
     )
     with pytest.raises(UnknownSettingError) as caught:
         validate_spawner_config(c)
