@@ -12,6 +12,8 @@ as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 debs=(openjdk-17-jre-headless libblas3 liblapack3 chromium dataset-fashion-mnist)
 #    sparkmagic (remote Spark through Livy) builds its Kerberos parts (gssapi, krb5) from source.
 debs+=(libkrb5-dev gcc python3-dev)
+#    Debian's own Python for the virtual environments (python3-venv: its ensurepip), see 2.
+debs+=(python3-venv)
 command -v npm >/dev/null || debs+=(nodejs npm)
 missing=()
 for pkg in "${debs[@]}"; do
@@ -23,10 +25,28 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# 2. Python packages in a virtual environment (Python 3.11 or newer).
-python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
-  echo "ScaleLab needs Python 3.11 or newer; python3 is $(python3 --version)" >&2; exit 1; }
-[[ -x .venv/bin/python ]] || { say "creating .venv"; python3 -m venv .venv; }
+# 2. Python packages in a virtual environment (Python 3.11 or newer), on Debian's own Python
+#    when it is 3.11 or newer: `scalelab up` run by root runs each student's server as a system
+#    user of their own, which must be able to run the environment's Python; one under root's
+#    home (pyenv's /root/.pyenv, mode 0700) it cannot. An environment on another Python is made
+#    again. SCALELAB_PYTHON=... chooses the Python.
+new_enough() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }
+py=${SCALELAB_PYTHON:-}
+if [[ -z $py ]]; then
+  py=python3
+  if [[ -x /usr/bin/python3 ]] && new_enough /usr/bin/python3; then py=/usr/bin/python3; fi
+fi
+new_enough "$py" || {
+  echo "ScaleLab needs Python 3.11 or newer; $py is $("$py" --version 2>&1)" >&2; exit 1; }
+py_home=$(dirname "$(command -v "$py")")
+make_venv() {  # make_venv DIR: (re)create the environment DIR on $py
+  if [[ -x $1/bin/python ]] && ! grep -qx "home = $py_home" "$1/pyvenv.cfg" 2>/dev/null; then
+    say "making $1 again on $py (it was made on another Python)"
+    rm -rf "$1"
+  fi
+  [[ -x $1/bin/python ]] || { say "creating $1 on $py"; "$py" -m venv "$1"; }
+}
+make_venv .venv
 stamp=.venv/.scalelab-install-stamp
 want=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
 if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
@@ -39,7 +59,7 @@ fi
 # 2b. sparkmagic's remote Spark kernels (c.LivySettings) in an environment of their own: sparkmagic
 #     0.23 needs pandas < 3, ScaleLab's environment has pandas 3 (c.LivySettings.kernel_python).
 livy_req="sparkmagic==0.23.0"
-[[ -x .venv-livy/bin/python ]] || { say "creating .venv-livy"; python3 -m venv .venv-livy; }
+make_venv .venv-livy
 if [[ ! -f .venv-livy/.scalelab-install-stamp || $(cat .venv-livy/.scalelab-install-stamp) != "$livy_req" ]]; then
   say "pip install $livy_req into .venv-livy (first time: a few minutes)"
   .venv-livy/bin/python -m pip install -q --upgrade pip

@@ -48,6 +48,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--store", help="course store URL (default: <state dir>/store as file://)")
     up.add_argument("--config", help="your jupyterhub_config.py, loaded after ScaleLab's defaults")
+    up.add_argument(
+        "--shared-identity",
+        action="store_true",
+        help="run every server as the user running scalelab up, even when run by root: a "
+        "single-user trial where students can read each other's work (needed for --ip beyond "
+        "loopback when not run by root)",
+    )
 
     data = sub.add_parser("data", help="course data sets")
     data_sub = data.add_subparsers(dest="data_command", required=True)
@@ -179,6 +186,7 @@ def _up(args: argparse.Namespace) -> int:
         store_url=args.store,
         operator_config=args.config,
         state_source="--state-dir" if args.state_dir else _state_dir_source(),
+        shared_identity=args.shared_identity,
     )
 
 

@@ -1,9 +1,19 @@
 """``ScaleLabSpawner``: course servers as local processes (the course layer over
 JupyterHub's ``LocalProcessSpawner``).
 
-With ``home_root`` set (``scalelab up`` sets it), users need no system account: each home is
-``<home_root>/<username>`` and the server runs as the hub's own user. With ``home_root`` empty,
-servers run as the system user of the same name, as with ``LocalProcessSpawner``.
+Who a server runs as:
+
+- ``system_users = True`` (``scalelab up`` run as root sets it): each student gets their own
+  system user, ``<system_user_prefix><username>`` (``jupyter-alice``), made on first start
+  (:mod:`scalelab.spawner.system_users`); the server, its kernels and Spark's driver run as it,
+  in a home owned by it (mode 0700), ``<home_root>/<username>`` when ``home_root`` is set. In a
+  local course store (``file://``), ``home/<username>`` is made that user's too, so the file
+  system itself keeps students out of each other's store folders.
+- ``home_root`` set and ``system_users`` off (``scalelab up`` not run as root, or with
+  ``--shared-identity``): no system accounts; each home is ``<home_root>/<username>`` and every
+  server runs as the hub's own user -- one identity for all, a single-user trial.
+- neither: servers run as the existing system user of the same name, as with
+  ``LocalProcessSpawner``.
 
 Everything else -- the course store, Spark, kernels, Livy, GPUs (the student picks a profile in
 the spawn form; the server gets the granted GPUs' UUIDs in ``CUDA_VISIBLE_DEVICES``, or an empty
@@ -13,17 +23,27 @@ value, which hides every GPU from a CPU-only server) -- is the course layer's,
 
 from __future__ import annotations
 
+import asyncio
 import os
+import pwd
 import sys
 from pathlib import Path
 
+import fsspec
+from fsspec.implementations.local import make_path_posix
 from jupyterhub.spawner import LocalProcessSpawner
-from traitlets import Unicode, default
+from traitlets import Bool, Unicode, default
 
 from scalelab import envvars
 from scalelab.spawner.course import CourseSpawnerMixin
 from scalelab.spawner.homes import make_home
 from scalelab.spawner.server_logs import ServerLogMixin, server_log_path
+from scalelab.spawner.system_users import (
+    DEFAULT_PREFIX,
+    ensure_system_user,
+    private_folder,
+    system_user_name,
+)
 
 
 class ScaleLabSpawner(CourseSpawnerMixin, ServerLogMixin, LocalProcessSpawner):
@@ -31,9 +51,28 @@ class ScaleLabSpawner(CourseSpawnerMixin, ServerLogMixin, LocalProcessSpawner):
 
     The course settings (store, Spark, kernels, Livy, GPUs) are
     :class:`~scalelab.spawner.course.CourseSpawnerMixin`'s, set as ``c.ScaleLabSpawner.*``;
-    this class adds only what local processes need: homes under ``home_root``, the hub's Python
-    as the server's, ``--allow-root`` for a hub run by root, and the servers' log files.
+    this class adds only what local processes need: who the server runs as (a system user per
+    student, or the hub's own user with homes under ``home_root``), the hub's Python as the
+    server's, ``--allow-root`` for a server run by root, and the servers' log files.
     """
+
+    system_users = Bool(
+        False,
+        config=True,
+        help="""Make a system user per student on first start, `<system_user_prefix><name>`
+        (no login shell, own group, home mode 0700), and run the server, its kernels and Spark
+        as it. Needs a hub run by root and Debian's `useradd`. Students are then kept apart by
+        the operating system: files, processes' environments (server tokens), the hub's
+        secrets. `scalelab up` sets it when run by root, unless `--shared-identity` is given.
+        Default: off.""",
+    )
+
+    system_user_prefix = Unicode(
+        DEFAULT_PREFIX,
+        config=True,
+        help="""Prefix of the students' system users with `system_users` on: `jupyter-` (TLJH's)
+        makes `jupyter-alice`. The whole name must have at most 32 characters.""",
+    )
 
     home_root = Unicode(
         "",
@@ -52,12 +91,38 @@ class ScaleLabSpawner(CourseSpawnerMixin, ServerLogMixin, LocalProcessSpawner):
         return [sys.executable, "-m", "jupyterhub.singleuser"]
 
     @property
-    def home_dir(self) -> str:
-        """The user's home: under ``home_root`` when set, else the system account's home."""
-        if not self.home_root:
-            import pwd
+    def system_user(self) -> str:
+        """The system user the server runs as: ``<system_user_prefix><name>`` with
+        ``system_users`` on, else the JupyterHub user's own name (unused when the server runs as
+        the hub's user).
 
-            return pwd.getpwnam(self.user.name).pw_dir
+        Raises
+        ------
+        SpawnException
+            The prefixed name is no valid system user name.
+        """
+        if self.system_users:
+            return system_user_name(self.system_user_prefix, self.user.name)
+        return self.user.name
+
+    @property
+    def _as_hub_user(self) -> bool:
+        """Whether the server runs as the hub's own user (homes under home_root, no accounts)."""
+        return bool(self.home_root) and not self.system_users
+
+    @property
+    def home_dir(self) -> str:
+        """The user's home: under ``home_root`` when set, else the system account's home.
+
+        Raises
+        ------
+        ValueError
+            The user name does not make a folder directly under ``home_root``.
+        KeyError
+            ``home_root`` is empty and the system user does not exist.
+        """
+        if not self.home_root:
+            return pwd.getpwnam(self.system_user).pw_dir
         root = Path(self.home_root).resolve()
         home = (root / self.user.name).resolve()
         if home.parent != root:
@@ -65,8 +130,9 @@ class ScaleLabSpawner(CourseSpawnerMixin, ServerLogMixin, LocalProcessSpawner):
         return str(home)
 
     def make_preexec_fn(self, name):
-        if not self.home_root:
-            return super().make_preexec_fn(name)
+        if not self._as_hub_user:
+            # LocalProcessSpawner's: setgid, initgroups, setuid to the user, chdir to its home.
+            return super().make_preexec_fn(self.system_user)
         home = self.home_dir
 
         def preexec() -> None:
@@ -76,6 +142,12 @@ class ScaleLabSpawner(CourseSpawnerMixin, ServerLogMixin, LocalProcessSpawner):
         return preexec
 
     def user_env(self, env):
+        if self.system_users:
+            entry = pwd.getpwnam(self.system_user)
+            env["USER"] = entry.pw_name
+            env["HOME"] = entry.pw_dir
+            env["SHELL"] = "/bin/bash"  # for JupyterLab's terminals; the login shell is nologin
+            return env
         if not self.home_root:
             return super().user_env(env)
         env["USER"] = self.user.name
@@ -84,13 +156,13 @@ class ScaleLabSpawner(CourseSpawnerMixin, ServerLogMixin, LocalProcessSpawner):
         return env
 
     async def move_certs(self, paths):
-        if not self.home_root:
+        if not self._as_hub_user:
             return await super().move_certs(paths)
         return paths
 
     def get_env(self):
         env = super().get_env()
-        if self.server_log_dir and self.home_root and not self.name:
+        if self.server_log_dir and self._as_hub_user and not self.name:
             # Servers run as the hub's user here: their live-log folder (the Spark drivers'
             # logs, which the student's log page reads) is the one ops read at the hub too.
             env[envvars.LOG_DIR] = str(server_log_path(self.server_log_dir, self.user.name).parent)
@@ -98,13 +170,38 @@ class ScaleLabSpawner(CourseSpawnerMixin, ServerLogMixin, LocalProcessSpawner):
 
     def get_args(self):
         args = super().get_args()
-        if self.home_root and os.geteuid() == 0:
+        if self._as_hub_user and os.geteuid() == 0:
             # Servers run as the hub's own user in home_root mode; jupyter_server refuses root
             # unless told, and a hub run by root (a container, CI) is that case.
             args.append("--allow-root")
         return args
 
     async def start(self):
-        if self.home_root:
+        if self.system_users:
+            await asyncio.to_thread(self._make_system_user)
+        elif self.home_root:
             make_home(self.home_root, self.user.name)
         return await super().start()
+
+    def _make_system_user(self) -> None:
+        """The student's system user, home and (in a local store) store folder, each 0700.
+
+        Raises
+        ------
+        SpawnException
+            Any of them cannot be made; one line names which and why.
+        """
+        home = self.home_dir if self.home_root else f"/home/{self.system_user}"
+        entry = ensure_system_user(self.system_user, home)
+        private_folder(entry.pw_dir, entry)
+        store = local_store_root(self.store_url)
+        if store is not None:
+            private_folder(store / "home" / self.user.name, entry)
+
+
+def local_store_root(store_url: str) -> Path | None:
+    """The folder of a local course store (``file://`` URL or plain path), else None (pure)."""
+    protocol, path = fsspec.core.split_protocol(store_url)
+    if protocol not in (None, "file", "local") or not path:
+        return None
+    return Path(make_path_posix(path))

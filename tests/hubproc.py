@@ -53,6 +53,7 @@ class ScaleLabUp:
         env: dict[str, str] | None = None,
         extra_config: str = "",
         port: int | None = None,
+        shared_identity: bool = True,
     ):
         self.state_dir = state_dir
         self.port = port or free_port()
@@ -62,6 +63,7 @@ class ScaleLabUp:
         self.output: list[str] = []
         self._lines: queue.Queue[str | None] = queue.Queue()
         config = state_dir.parent / f"{state_dir.name}-operator_config.py"
+        config.touch(mode=0o600)  # it names an admin token: the hub's user's alone
         config.write_text(
             "c.JupyterHub.services = [\n"
             f"    {{'name': 'scalelab-tests', 'api_token': {self.token!r}}},\n"
@@ -75,6 +77,9 @@ class ScaleLabUp:
             "--state-dir", str(state_dir),
             "--port", str(self.port),
             "--config", str(config),
+            # One identity for every login (the tests' homes are under pytest's 0700 tmp folder);
+            # tests/test_isolation.py runs system users per student instead.
+            *(["--shared-identity"] if shared_identity else []),
         ]  # fmt: skip
         self.env = {**os.environ, "SCALELAB_PASSWORD": self.password, **(env or {})}
         self.proc: subprocess.Popen | None = None

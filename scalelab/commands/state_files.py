@@ -12,11 +12,18 @@ from pathlib import Path
 
 from scalelab import envvars
 
+#: The state folder of ``scalelab up`` run by root (as TLJH's ``/opt/tljh/state``): outside
+#: root's home (mode 0700), so that the students' system users can reach their homes in it.
+ROOT_STATE_DIR = Path("/var/lib/scalelab")
+
 
 def default_state_dir() -> Path:
-    """``$SCALELAB_STATE_DIR``, else ``$XDG_DATA_HOME/scalelab`` (``~/.local/share/scalelab``)."""
+    """``$SCALELAB_STATE_DIR``; else, for root, :data:`ROOT_STATE_DIR`; else
+    ``$XDG_DATA_HOME/scalelab`` (``~/.local/share/scalelab``)."""
     if os.environ.get(envvars.STATE_DIR):
         return Path(os.environ[envvars.STATE_DIR]).expanduser()
+    if os.geteuid() == 0:
+        return ROOT_STATE_DIR
     data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(data_home) / "scalelab"
 

@@ -26,7 +26,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
 
@@ -35,7 +36,9 @@ import psutil
 
 from scalelab import envvars
 from scalelab.commands.errors import UpError
+from scalelab.commands.identity import Identity, blocked_for_others, choose_identity
 from scalelab.commands.state_files import StateFolder, default_state_dir, default_store_url
+from scalelab.commands.state_modes import HUB_UMASK, check_operator_config, protect_state
 from scalelab.commands.up_config import (
     UpSettings,
     config_file_text,
@@ -45,6 +48,7 @@ from scalelab.commands.upstate import earlier_run, make_state_dir
 from scalelab.common.pdeathsig import die_with_parent
 from scalelab.hub_ext.hub.config_check import ConfigProblem, check_hub_config
 from scalelab.kernels.specs import install_kernelspecs
+from scalelab.spawner.local import local_store_root
 from scalelab.store import StoreError, missing_datasets, open_store
 from scalelab.store.errors import store_failure
 
@@ -74,7 +78,13 @@ def absolute_store_url(store_url: str, cwd: Path | None = None) -> str:
 
 
 def up_settings(
-    state_dir: Path, *, ip: str, port: int, store_url: str | None, cwd: Path | None = None
+    state_dir: Path,
+    *,
+    ip: str,
+    port: int,
+    store_url: str | None,
+    cwd: Path | None = None,
+    system_users: bool = False,
 ) -> UpSettings:
     """The settings ``scalelab up`` writes into its config (state folder already resolved).
 
@@ -91,6 +101,7 @@ def up_settings(
         proxy_api_port=free_port(),
         ip=ip,
         port=port,
+        system_users=system_users,
     )
 
 
@@ -381,6 +392,7 @@ def run_up(
     operator_config: str | None = None,
     out: IO[str] = sys.stdout,
     state_source: str = "--state-dir",
+    shared_identity: bool = False,
 ) -> int:
     """Run the course hub until Ctrl-C, SIGTERM or SIGHUP.
 
@@ -398,7 +410,10 @@ def run_up(
         Before anything started: the state folder cannot be used (``state_source`` names where
         it came from) or is in use, a hub of an earlier run still runs there, the port is taken,
         the proxy is missing, the password is too short, or the operator's config file does not
-        exist, does not compile, fails to run or has a misspelt or bad ScaleLab setting.
+        exist, does not compile, fails to run, has a misspelt or bad ScaleLab setting, or is
+        readable by other users while students get system users; or every login would share
+        one identity on an address beyond loopback without ``shared_identity``
+        (:func:`~scalelab.commands.identity.choose_identity`).
     """
     state_dir = state_dir.expanduser().resolve()
     url = f"http://{ip}:{port}/"
@@ -413,6 +428,12 @@ def run_up(
         check_port_free(ip, port)
         password, generated = resolve_password(password)
         settings = up_settings(state_dir, ip=ip, port=port, store_url=store_url)
+        identity = decide_identity(files, settings, shared_identity)
+        if identity.system_users and operator_config:
+            problem = check_operator_config(operator_config)
+            if problem:
+                raise UpError(problem)
+        settings = up_settings_with(settings, system_users=identity.system_users)
         try:  # the hub's own start-up validation, run here: one line instead of its traceback
             check_hub_config(embedded_config(settings, password), operator_config)
         except ConfigProblem as exc:
@@ -420,10 +441,89 @@ def run_up(
         install_kernelspecs(files.kernelspecs)
         config_path = files.config_file
         config_path.write_text(config_file_text(settings, operator_config))
+        protect(files, settings)
         hint = data_hint(settings.store_url)
-        return _serve(settings, config_path, password, generated, hint, out)
+        return _serve(settings, config_path, password, generated, hint, identity, out)
     finally:
         lock.release()
+
+
+def decide_identity(files: StateFolder, settings: UpSettings, shared_identity: bool) -> Identity:
+    """Who the servers will run as (:func:`~scalelab.commands.identity.choose_identity`), with
+    the state folder's modes set for it.
+
+    Run by root, the folders students' users must reach -- ScaleLab's Python and package, the
+    homes, the kernelspecs, a local store -- are checked with the state folder already opened
+    for them; if one is closed, the servers share one identity, on loopback only.
+
+    Raises
+    ------
+    UpError
+        From ``choose_identity``, or a mode cannot be set.
+    """
+    euid = os.geteuid()
+    blocked = None
+    if euid == 0 and not shared_identity:
+        protect(files, settings, system_users=True)
+        store = local_store_root(settings.store_url)
+        blocked = blocked_for_others(
+            [
+                Path(sys.prefix),
+                Path(sys.executable).resolve().parent,
+                Path(__file__).resolve().parents[1],  # the scalelab package (an editable install)
+                files.homes,
+                files.kernelspecs,
+                *([store] if store is not None else []),
+            ]
+        )
+    try:
+        identity = choose_identity(
+            euid=euid,
+            user=_user_name(),
+            ip=settings.ip,
+            shared_identity=shared_identity,
+            blocked=blocked,
+        )
+    finally:  # refused or not: the state folder is closed again unless students need it open
+        protect(files, settings, system_users=blocked is None and euid == 0 and not shared_identity)
+    return identity
+
+
+def up_settings_with(settings: UpSettings, *, system_users: bool) -> UpSettings:
+    """``settings`` with ``system_users`` set."""
+    return UpSettings(**{**asdict(settings), "system_users": system_users})
+
+
+def protect(files: StateFolder, settings: UpSettings, system_users: bool | None = None) -> None:
+    """:func:`~scalelab.commands.state_modes.protect_state`, an ``OSError`` as one line."""
+    chosen = settings.system_users if system_users is None else system_users
+    try:
+        protect_state(files, system_users=chosen, store=local_store_root(settings.store_url))
+    except OSError as exc:
+        raise UpError(
+            f"cannot set the modes of {exc.filename or files.root}: {exc.strerror or exc}"
+        ) from None
+
+
+def _user_name() -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (KeyError, ImportError):
+        return f"uid {os.geteuid()}"
+
+
+def _hub_preexec() -> Callable[[], None]:
+    """The hub's ``preexec_fn``: umask 077 (what it writes is the hub's alone), and SIGTERM when
+    ``scalelab up`` dies (:func:`~scalelab.common.pdeathsig.die_with_parent`)."""
+    with_parent = die_with_parent(signal.SIGTERM)
+
+    def preexec() -> None:
+        os.umask(HUB_UMASK)
+        with_parent()
+
+    return preexec
 
 
 def _serve(
@@ -432,6 +532,7 @@ def _serve(
     password: str,
     generated: bool,
     hint: str | None,
+    identity: Identity,
     out: IO[str],
 ) -> int:
     state_dir = Path(settings.state_dir)
@@ -452,7 +553,7 @@ def _serve(
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C reaches us; we stop the hub in order
-                preexec_fn=die_with_parent(signal.SIGTERM),  # ... and if we are killed, it stops
+                preexec_fn=_hub_preexec(),  # private files; and if we are killed, it stops
             )
         try:
             state = wait_ready(url, settings.port, proc, stop)
@@ -484,6 +585,7 @@ def _serve(
                     file=out,
                 )
             print(f"  Course store: {settings.store_url}", file=out)
+            print(f"  {identity.banner}", file=out)
             print(
                 "  Press Ctrl-C to stop the hub and every server it started.", file=out, flush=True
             )

@@ -42,6 +42,9 @@ class UpSettings:
         Where the proxy serves users (default ``127.0.0.1:8000``).
     hub_port, proxy_api_port
         Internal ports of the hub and of the proxy's REST API, on ``127.0.0.1``.
+    system_users
+        A system user per student (``c.ScaleLabSpawner.system_users``), when run by root;
+        False: every server runs as the hub's user (a single-user trial).
     """
 
     state_dir: str
@@ -51,6 +54,7 @@ class UpSettings:
     proxy_api_port: int
     ip: str = "127.0.0.1"
     port: int = 8000
+    system_users: bool = False
 
     def to_json(self) -> str:
         """JSON form, for the generated ``jupyterhub_config.py``."""
@@ -105,6 +109,7 @@ def embedded_config(s: UpSettings, password: str) -> Config:
     c.Authenticator.username_pattern = USERNAME_PATTERN  # every name can be a home folder
 
     c.ScaleLabSpawner.home_root = str(state.homes)
+    c.ScaleLabSpawner.system_users = s.system_users
     c.ScaleLabSpawner.store_url = s.store_url
     c.ScaleLabSpawner.spark_master = DEFAULT_SPARK_MASTER
     c.ScaleLabSpawner.kernelspec_path = [str(state.kernelspecs)]
