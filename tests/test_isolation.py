@@ -22,6 +22,7 @@ import pwd
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,12 +31,23 @@ import psutil
 import pytest
 import requests
 
+from scalelab.commands.identity import blocked_for_others
 from scalelab.spawner.system_users import COMMENT, NO_LOGIN
 from tests.hubproc import ScaleLabUp, execute, server_process
+
+#: A folder of this checkout or its Python that other users cannot enter (a clone under /root):
+#: then no student's user could run ScaleLab, and scalelab up runs a single-user trial instead.
+BLOCKED = blocked_for_others(
+    [Path(sys.prefix), Path(sys.executable).resolve().parent, Path(__file__).resolve().parents[1]]
+)
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="makes system users: needs root (CI is root)"),
+    pytest.mark.skipif(
+        BLOCKED is not None,
+        reason=f"students' users cannot run this checkout's Python: {BLOCKED}; clone elsewhere",
+    ),
 ]
 
 STUDENTS = ("alice", "bob")
