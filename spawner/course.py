@@ -1,11 +1,12 @@
 """The course layer: what makes a JupyterHub spawner start a ScaleLab course server.
 
 :class:`CourseSpawnerMixin` owns every course setting of a spawner, whatever runs the servers:
-the course store, Spark's master and driver memory, ScaleLab's kernelspecs and the kernel
-allow-list, Livy, and GPUs (profiles, limits, queue and the GPU source, from
-:class:`~scalelab.spawner.gpu_spawner.GPUSpawnerMixin`). It adds them to the server through the
-standard ``Spawner`` hooks only, ``get_env()`` and ``get_args()``, so that it combines with any
-JupyterHub spawner; put it first among the bases::
+the course store (and who each server is to it, ``store_identity_class``: see
+:mod:`~scalelab.spawner.store_identity`), Spark's master and driver memory, ScaleLab's
+kernelspecs and the kernel allow-list, Livy, and GPUs (profiles, limits, queue and the GPU
+source, from :class:`~scalelab.spawner.gpu_spawner.GPUSpawnerMixin`). It adds them to the
+server through the standard ``Spawner`` hooks only, ``get_env()`` and ``get_args()``, so that it
+combines with any JupyterHub spawner; put it first among the bases::
 
     from kubespawner import KubeSpawner
     from scalelab.spawner.course import CourseSpawnerMixin
@@ -23,7 +24,10 @@ spawner class's settings in a hub configuration before the hub starts.
 
 from __future__ import annotations
 
-from traitlets import Dict, List, Unicode, default
+import os
+
+from jupyterhub.spawner import SpawnException
+from traitlets import Dict, List, Type, Unicode, default
 
 from scalelab.kernels.livy import LivySettings, livy_environment
 from scalelab.kernels.spark_defaults import (
@@ -34,6 +38,11 @@ from scalelab.kernels.spark_defaults import (
 from scalelab.spawner.environment import server_args, server_environment
 from scalelab.spawner.gpu_spawner import GPUSpawnerMixin
 from scalelab.spawner.profiles import check_memory_choices
+from scalelab.spawner.store_identity import (
+    SharedStoreIdentity,
+    StoreIdentity,
+    leaked_credentials,
+)
 
 
 class CourseSpawnerMixin(GPUSpawnerMixin):
@@ -55,9 +64,25 @@ class CourseSpawnerMixin(GPUSpawnerMixin):
     store_options = Dict(
         config=True,
         help="""fsspec `storage_options` of the course store (keyword arguments of the protocol's
-        file system, e.g. `{"endpoint_url": "http://127.0.0.1:8333"}` for S3). Passed to servers
-        as JSON in SCALELAB_STORE_OPTIONS. Default: none.
+        file system, e.g. `{"endpoint_url": "http://127.0.0.1:8333"}` for S3): the hub's own.
+        Each server gets them as JSON in SCALELAB_STORE_OPTIONS as `store_identity_class` makes
+        them for its student (by default unchanged). Default: none.
         """,
+    )
+
+    store_identity_class = Type(
+        default_value=SharedStoreIdentity,
+        klass=StoreIdentity,
+        config=True,
+        help="""Who each student's server is to the course store: a subclass of
+        `scalelab.spawner.store_identity.StoreIdentity`, or its import path.
+        `SharedStoreIdentity` (the default): every server gets the hub's `store_options`, so
+        only the guard in the student's own process keeps them out of other homes (no
+        store-side enforcement; a `file://` store is protected by file permissions when servers
+        run as system users). `S3KeyFile`: each server gets its student's own S3 key from
+        `c.S3KeyFile.key_file`, never the hub's. `HDFSUserIdentity`: the student's name as the
+        HDFS user (`c.HDFSUserIdentity.mode`). The class's own settings are
+        `c.<ClassName>.<setting>`.""",
     )
 
     spark_master = Unicode(
@@ -92,9 +117,56 @@ class CourseSpawnerMixin(GPUSpawnerMixin):
         `<state dir>/share/jupyter`. Empty: the kernelspecs installed with the server's Python.""",
     )
 
+    _store_identity: StoreIdentity | None = None
+
     @default("default_url")
     def _default_default_url(self) -> str:
         return "/lab"
+
+    @property
+    def store_identity(self) -> StoreIdentity:
+        """The ``store_identity_class`` of this spawner, made once with it as parent."""
+        cls = self.store_identity_class
+        if type(self._store_identity) is not cls:
+            self._store_identity = cls(parent=self)
+        return self._store_identity
+
+    def server_store(self) -> tuple[dict, dict[str, str]]:
+        """The storage options of this server's store, and the environment variables its
+        identity adds (:attr:`store_identity`).
+
+        Raises
+        ------
+        jupyterhub.spawner.SpawnException
+            The identity cannot be made for the student (see the identity class).
+        """
+        identity = self.store_identity
+        user = self.user.name
+        return (
+            identity.server_store_options(user, self.store_url, dict(self.store_options)),
+            identity.server_environment(user, self.store_url),
+        )
+
+    def _refuse_hub_credential(self, env: dict[str, str]) -> None:
+        """With an identity the store enforces, refuse a server environment that holds one of
+        the hub's store secrets (from ``c.Spawner.environment`` or ``env_keep``)."""
+        if not self.store_identity.enforced:
+            return
+        leaks = leaked_credentials(env, self.store_options, os.environ)
+        if not leaks:
+            return
+        problem = (
+            f"the hub's store credential would be in {self.user.name}'s server environment "
+            f"({', '.join(leaks)}): remove it from c.Spawner.environment and env_keep, since "
+            f"{type(self.store_identity).__name__} gives each server a credential of its own"
+        )
+        self.log.error("Store identity: %s", problem)
+        raise SpawnException(
+            "Your server cannot start: its store configuration is unsafe; ask the course's "
+            "operators (the hub's log says what to fix).",
+            reason="store-identity",
+            log_message=problem,
+        )
 
     def spark_memory_offer(self) -> tuple[list[str], str]:
         """The Spark driver memory sizes of the spawn form, and the default one.
@@ -116,12 +188,17 @@ class CourseSpawnerMixin(GPUSpawnerMixin):
 
     def get_env(self) -> dict[str, str]:
         """The server's environment: the backend's, plus the course's (store, Spark, kernels'
-        JUPYTER_PATH, granted GPUs, GPU session deadline, Livy).
+        JUPYTER_PATH, granted GPUs, GPU session deadline, Livy). The store's options are
+        those :attr:`store_identity` makes for the student.
 
         Raises
         ------
         ValueError
             ``store_url`` is not set.
+        jupyterhub.spawner.SpawnException
+            The store identity cannot be made for the student; or, with an identity the store
+            enforces, one of the hub's store secrets would be in the server's environment
+            (e.g. through ``c.Spawner.environment``); the hub's log names the variables.
         """
         if not self.store_url:
             raise ValueError(
@@ -129,10 +206,12 @@ class CourseSpawnerMixin(GPUSpawnerMixin):
                 "(e.g. file:///srv/course)."
             )
         env = super().get_env()
+        store_options, store_env = self.server_store()
+        env.update(store_env)
         env.update(
             server_environment(
                 store_url=self.store_url,
-                store_options=self.store_options,
+                store_options=store_options,
                 spark_master=self.spark_master,
                 spark_driver_memory=(
                     self._request.spark_driver_memory if self._request else self.spark_driver_memory
@@ -144,6 +223,7 @@ class CourseSpawnerMixin(GPUSpawnerMixin):
         )
         env.update(self.session_environment())
         env.update(livy_environment(LivySettings(parent=self)))
+        self._refuse_hub_credential(env)
         return env
 
     def get_args(self) -> list[str]:

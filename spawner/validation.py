@@ -17,6 +17,12 @@ from scalelab.spawner.course import CourseSpawnerMixin
 from scalelab.spawner.gpu_spawner import check_spawn_settings
 from scalelab.spawner.local import ScaleLabSpawner
 from scalelab.spawner.profiles import check_memory_choices
+from scalelab.spawner.store_identity import (
+    HDFSUserIdentity,
+    S3KeyFile,
+    SharedStoreIdentity,
+    identity_class,
+)
 
 
 def _scalelab_section(cls: type) -> bool:
@@ -43,8 +49,10 @@ def validate_spawner_config(config: Config, spawner_class: type | None = None) -
     :class:`~scalelab.spawner.course.CourseSpawnerMixin`; a name is valid when
     ``spawner_class`` has that setting, JupyterHub's included, so
     ``c.ScaleLabSpawner.start_timeout`` is), ``c.GPUPolicy``, the profiles, the Spark driver
-    memory sizes, the declared GPUs, and the GPU source class with its own section.
-    JupyterHub's own sections (``c.Spawner``, ``c.LocalProcessSpawner``) are left to JupyterHub.
+    memory sizes, the declared GPUs, the GPU source class with its own section, and the store
+    identity class (``store_identity_class``) with its own section, against ``store_url``
+    (``c.S3KeyFile.key_file`` set, an ``s3://`` store for it). JupyterHub's own sections
+    (``c.Spawner``, ``c.LocalProcessSpawner``) are left to JupyterHub.
 
     Parameters
     ----------
@@ -62,14 +70,16 @@ def validate_spawner_config(config: Config, spawner_class: type | None = None) -
         the nearest real one.
     traitlets.TraitError, ValueError
         A value of the wrong type (``spark_driver_memory = 5``), a bad value, profile, memory
-        size, declared GPU or GPU source; the message names it.
+        size, declared GPU, GPU source or store identity; the message names it.
     """
     spawner_class = spawner_class or ScaleLabSpawner
     for cls in spawner_class.__mro__:
         if _scalelab_section(cls):
             check_section(config, spawner_class, cls.__name__)
     settings = spawner_settings(config, spawner_class)
-    check_spawn_settings(config, settings, f"c.{spawner_class.__name__}")
+    where = f"c.{spawner_class.__name__}"
+    check_spawn_settings(config, settings, where)
+    check_store_identity(config, settings, where)
     try:  # traitlets checks each configured value against its trait's type when it is made
         spawner_class(config=config)
     except TraitError:
@@ -85,3 +95,23 @@ def validate_spawner_config(config: Config, spawner_class: type | None = None) -
                 f"c.{spawner_class.__name__}.spark_driver_memory must be a JVM size like "
                 f"'512m' or '2g', not {memory!r}"
             ) from None
+
+
+def check_store_identity(config: Config, settings: dict[str, Any], where: str) -> None:
+    """Check the store identity: ScaleLab's identity classes' sections (``c.S3KeyFile``,
+    ``c.HDFSUserIdentity``) and the chosen class, made with ``config``, against ``store_url``
+    (no I/O: the key file is read when a server starts).
+
+    Raises
+    ------
+    scalelab.common.strictconfig.UnknownSettingError
+        A misspelt setting of an identity class (``c.S3KeyFile.keyfile``).
+    ValueError
+        ``store_identity_class`` is no identity class, or does not fit ``store_url``, or a
+        setting it needs is unset; the message names it.
+    """
+    for cls in (S3KeyFile, HDFSUserIdentity):
+        check_section(config, cls)
+    chosen = identity_class(settings.get("store_identity_class"), f"{where}.store_identity_class")
+    identity = (chosen or SharedStoreIdentity)(config=config)
+    identity.check_settings(str(settings.get("store_url", "")), where)

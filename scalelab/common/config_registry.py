@@ -47,6 +47,8 @@ CONFIG_CLASSES: tuple[ConfigClass, ...] = (
         includes=("CourseSpawnerMixin", "GPUSpawnerMixin", "ServerLogMixin"),
     ),
     ConfigClass("GPUPolicy", "scalelab.spawner.policy", "hub"),
+    ConfigClass("S3KeyFile", "scalelab.spawner.store_identity", "hub"),
+    ConfigClass("HDFSUserIdentity", "scalelab.spawner.store_identity", "hub"),
     ConfigClass("ScaleLabCulling", "scalelab.hub_ext.services.culling", "hub"),
     ConfigClass("LivySettings", "scalelab.kernels.livy", "hub"),
     ConfigClass("StoreDrive", "scalelab.hub_ext.server.store_drive", "server"),
