@@ -16,6 +16,7 @@ On the hub's event loop:
 - :mod:`~scalelab.spawner.gpu_pool` -- the hub's one GPU pool: allocator, inventory, policy,
   source, saved queue;
 - :mod:`~scalelab.spawner.gpu_spawner` -- GPU profiles, allocation and queue of a spawner;
+- :mod:`~scalelab.spawner.refusals` -- refused server options: the 400, one warning line;
 - :mod:`~scalelab.spawner.course` -- :class:`CourseSpawnerMixin`, the course layer any
   JupyterHub spawner can take (store, Spark, kernels, Livy, GPUs);
 - :mod:`~scalelab.spawner.local` -- :class:`ScaleLabSpawner`, course servers as local processes;

@@ -11,7 +11,8 @@ and :class:`~scalelab.spawner.policy.GPUPolicy` when the hub starts
 (:func:`scalelab.spawner.hubstart.start_with_hub`), or else at the first spawner's first use.
 
 Per spawn attempt: ``apply_user_options`` validates the options (HTTP 400/409 with the reason
-on bad input, nothing allocated) and, for a GPU request, lifts JupyterHub's ``start_timeout``
+on bad input, nothing allocated, one warning line in the hub log: see
+:mod:`scalelab.spawner.refusals`) and, for a GPU request, lifts JupyterHub's ``start_timeout``
 by ``gpu_queue_timeout`` so that waiting in the queue is not a failed start; ``start`` waits
 for the GPUs, then launches; ``progress`` reports the queue position and estimated wait.
 GPUs are released on stop, on death found by ``poll``, on a failed start and on cancel.
@@ -60,6 +61,7 @@ from scalelab.spawner.profiles import (
     parse_user_options,
     profiles_from_config,
 )
+from scalelab.spawner.refusals import OptionsRefused, refuse
 from scalelab.templates import templates_dir
 
 #: Version of the ``scalelab`` section in the spawner state.
@@ -352,33 +354,52 @@ class GPUSpawnerMixin(Spawner):
     def _default_apply_user_options(self):
         return GPUSpawnerMixin.apply_scalelab_options
 
-    async def apply_scalelab_options(self, user_options: dict[str, Any] | None) -> None:
-        """Validate this attempt's ``user_options`` (JupyterHub's ``apply_user_options`` hook).
+    async def parse_options(self, user_options: Mapping[str, Any] | None) -> SpawnRequest:
+        """``user_options`` read against what this hub offers (its profiles, memory sizes).
 
         Raises
         ------
-        tornado.web.HTTPError
-            400 for bad options (unknown key, wrong type, unknown profile, too many GPUs), 409
-            when the user's other servers already hold their share. Nothing is allocated.
+        scalelab.spawner.profiles.OptionsError
+            Unknown key, wrong type, unknown profile, too many GPUs for the profile, a memory
+            size not offered.
+        """
+        allocator = await self.gpu_allocator()
+        offered = self._offered(len(allocator.ledger.inventory))
+        memory, memory_default = self.spark_memory_offer()
+        return parse_user_options(user_options, offered, memory, memory_default)
+
+    async def apply_scalelab_options(self, user_options: dict[str, Any] | None) -> None:
+        """Validate this attempt's ``user_options`` (JupyterHub's ``apply_user_options`` hook).
+
+        A refusal is one warning line in the hub log, naming the user and the reason, without
+        JupyterHub's tracebacks and error lines about it (:mod:`scalelab.spawner.refusals`).
+
+        Raises
+        ------
+        scalelab.spawner.refusals.OptionsRefused
+            A ``tornado.web.HTTPError``: 400 for bad options (unknown key, wrong type, unknown
+            profile, too many GPUs), 409 when the user's other servers already hold their
+            share. Nothing is allocated.
         """
         self._request = None  # every attempt starts from its own options
         allocator = await self.gpu_allocator()
-        offered = self._offered(len(allocator.ledger.inventory))
         try:
-            memory, memory_default = self.spark_memory_offer()
-            request = parse_user_options(user_options, offered, memory, memory_default)
+            request = await self.parse_options(user_options)
             allocator.check(self.server_key, self.user.name, request.gpus, *self._who())
         except OptionsError as exc:
             self._forget_options()
-            raise web.HTTPError(400, f"Invalid server options: {exc}") from None
+            raise self._refused(400, f"Invalid server options: {exc}") from None
         except PolicyError as exc:
             self._forget_options()
-            raise web.HTTPError(exc.status, str(exc)) from None
+            raise self._refused(exc.status, str(exc)) from None
         self._request = request
         if self._base_start_timeout is None:
             self._base_start_timeout = self.start_timeout  # as configured
         queue_s = (self.gpu_queue_timeout or _NO_QUEUE_LIMIT_S) if request.gpus else 0
         self.start_timeout = int(self._base_start_timeout + queue_s)
+
+    def _refused(self, status: int, message: str) -> OptionsRefused:
+        return refuse(self.log, self.user.name, self.name, status, message)
 
     def _forget_options(self) -> None:
         """Drop the options of a failed attempt, which JupyterHub would reuse for the next start

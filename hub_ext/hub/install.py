@@ -66,7 +66,9 @@ def configure(c: Config) -> Config:
       (:func:`~scalelab.hub_ext.hub.config_check.validate_hub_config`): misspelt names, bad
       values, profiles, declared GPUs;
     - in a starting hub, the GPU inventory built at start and the GPU queue saved before a
-      restart started again (:func:`scalelab.spawner.hubstart.start_with_hub`).
+      restart started again (:func:`scalelab.spawner.hubstart.start_with_hub`), and the server
+      API's PATCH made to answer an unknown field or bad server options with a 400, not
+      JupyterHub's 500 (:func:`scalelab.hub_ext.hub.server_patch.mount`).
 
     Returns
     -------
@@ -111,7 +113,10 @@ def configure(c: Config) -> Config:
         )
     global _hub_start_scheduled
     if app is not None and not _hub_start_scheduled:
+        from scalelab.hub_ext.hub import server_patch
         from scalelab.spawner.hubstart import start_with_hub
 
         _hub_start_scheduled = start_with_hub()
+        if _hub_start_scheduled:
+            server_patch.mount(app)
     return c
