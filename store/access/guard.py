@@ -123,7 +123,7 @@ class StoreView:
             return False
         return bool(parts) and self.readable(parts)
 
-    def check_target(self, root: str, target: str, path: str) -> None:
+    def check_target(self, root: str, target: str, path: str, write: bool = False) -> None:
         """Refuse a local path whose real location (symlinks resolved) leaves the allowed roots.
 
         Parameters
@@ -134,11 +134,14 @@ class StoreView:
             The real path (``os.path.realpath``) that ``path`` resolves to.
         path
             The path as the student gave it, for the message.
+        write
+            The path is to be written: ``target`` must be inside the home.
 
         Raises
         ------
         StoreAccessError
-            ``target`` is not the root itself or inside the home or ``datasets/``.
+            ``target`` is not the root itself or inside the home or ``datasets/``; with
+            ``write``, not inside the home.
         """
         rel = posixpath.relpath(target, root) if target != root else ""
         if rel == ".." or rel.startswith("../") or posixpath.isabs(rel):
@@ -151,4 +154,9 @@ class StoreView:
             raise StoreAccessError(
                 f"{path!r} is a link to {rel!r}, outside {self.home}/ and {DATASETS}/; "
                 "links may only point inside them."
+            )
+        if write and not self.writable(parts):
+            raise StoreAccessError(
+                f"writing {path!r} is not allowed: it is a link to {rel!r}, which is read-only; "
+                f"write to {self.home}/... itself."
             )

@@ -3,7 +3,10 @@
 ``student_store()`` in a kernel, and the JupyterLab drive (URL ``scalelab:///``), give a
 :class:`StudentStore`: paths relative to the store root, ``home/<user>/...`` read-write and
 ``datasets/...`` read-only (:mod:`scalelab.store.access.guard`), symlinks leaving them refused on a
-local store. Two promises on top of fsspec:
+local store. Every call that walks the store (get, copy, find, glob, walk, du, expand_path, cat,
+put) expands paths by the same rule as ``ls`` and acts through the checked single-path methods
+(:mod:`scalelab.store.access.walkguard`), so none sees more than ``ls`` shows. Two promises on
+top of fsspec:
 
 - a write to a local store goes to a temporary file beside the target, renamed over it only when
   the file is closed without error, so a failed or interrupted write leaves the old file (or
@@ -27,8 +30,9 @@ import fsspec
 from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.spec import AbstractBufferedFile
 
+from scalelab.store.access import walkguard
 from scalelab.store.access.fs import _is_local, open_target, store_settings
-from scalelab.store.access.guard import StoreView, split_path
+from scalelab.store.access.guard import StoreView
 from scalelab.store.errors import StoreAccessError, StoreError, StoreUnavailableError
 
 #: fsspec protocol of the student's view, registered by :func:`register_protocol`.
@@ -95,24 +99,24 @@ _UNREACHABLE_TEXT = (
 )
 
 
-# Which positional argument / keyword of each method is a store path, and whether it is written.
-_READ = ((0, "path", False),)
-_WRITE = ((0, "path", True),)
-_METHODS: dict[str, tuple[tuple[int, str, bool], ...]] = {
+# Which positional argument / keyword of each method is a store path, and how it is checked:
+# READ and WRITE the path itself; GLOB a pattern's fixed part (walkguard.fixed_part), for the
+# calls that expand it through the view's listing.
+READ, WRITE, GLOB = "read", "write", "glob"
+_METHODS: dict[str, tuple[tuple[int, str, str], ...]] = {
     **dict.fromkeys(
-        "cat_file cat cat_ranges get_file get size sizes ukey checksum "
-        "info created modified sign".split(),
-        _READ,
+        "cat_file size ukey checksum info created modified sign walk find du".split(),
+        ((0, "path", READ),),
     ),
-    **dict.fromkeys("rm_file rm delete mkdir makedirs rmdir touch".split(), _WRITE),
-    "put_file": ((1, "rpath", True),),
-    "put": ((1, "rpath", True),),
-    "cp_file": ((0, "path1", False), (1, "path2", True)),
-    "copy": ((0, "path1", False), (1, "path2", True)),
-    "mv": ((0, "path1", True), (1, "path2", True)),
+    **dict.fromkeys("glob expand_path cat".split(), ((0, "path", GLOB),)),
+    **dict.fromkeys("sizes cat_ranges".split(), ((0, "paths", READ),)),
+    "get": ((0, "rpath", GLOB),),
+    **dict.fromkeys("rm_file rm delete mkdir makedirs rmdir touch".split(), ((0, "path", WRITE),)),
+    **dict.fromkeys("put_file put".split(), ((1, "rpath", WRITE),)),
+    "cp_file": ((0, "path1", READ), (1, "path2", WRITE)),
+    "copy": ((0, "path1", GLOB), (1, "path2", WRITE)),
+    "mv": ((0, "path1", WRITE), (1, "path2", WRITE)),
 }
-# Methods whose results are paths: filtered down to what the student may see.
-_LISTINGS = ("find", "glob", "walk", "du", "expand_path")
 
 
 class StudentStore(DirFileSystem):
@@ -132,13 +136,17 @@ class StudentStore(DirFileSystem):
     StoreConfigError
         No user, a bad store URL or options.
     StoreAccessError (a PermissionError)
-        From any method given a path outside ``home/<user>`` and ``datasets/``, or a write to
-        ``datasets/``.
+        From any method given a path outside ``home/<user>`` and ``datasets/`` (or a link that
+        leads outside them), or a write to ``datasets/``; from the asynchronous methods
+        (``_cat_file``, ``open_async``, ...), which the view does not offer.
     StoreUnavailableError (a ConnectionError)
         From any method when the store cannot be reached.
     """
 
     protocol = PROTOCOL
+    # Synchronous only: DirFileSystem's coroutines would reach the back end unchecked.
+    async_impl = False
+    mirror_sync_methods = False
     # Never from fsspec's instance cache: a "scalelab:///" URL opened for one user (read from
     # JUPYTERHUB_USER) must not be handed to another user in the same process.
     cachable = False
@@ -167,24 +175,40 @@ class StudentStore(DirFileSystem):
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:
-        # "scalelab:///datasets/x" -> "datasets/x"; the bare "scalelab:///" stays "/" (the root),
-        # since fsspec's URL chaining would replace an empty path.
-        if isinstance(path, str) and path.startswith(f"{PROTOCOL}://"):
-            rest = path[len(PROTOCOL) + 3 :]
-            return rest[1:] if rest.startswith("/") and len(rest) > 1 else rest
-        return path
+        # "scalelab:///datasets/x/" -> "datasets/x" (trailing "/" dropped, as fsspec does); the
+        # bare "scalelab:///" stays "/" (the root), since fsspec's URL chaining would replace an
+        # empty path.
+        if not isinstance(path, str):
+            return path
+        if path.startswith(f"{PROTOCOL}://"):
+            path = path[len(PROTOCOL) + 3 :]
+            path = path[1:] if path.startswith("/") and len(path) > 1 else path
+        return path.rstrip("/") or path
 
     # -- checks ------------------------------------------------------------------------------
 
-    def check(self, path: Any, write: bool = False) -> None:
-        """Refuse ``path`` (a string, list or dict of them) outside the student's part."""
+    def check(self, path: Any, write: bool = False, pattern: bool = False) -> None:
+        """Refuse ``path`` (a string, list or dict of them) outside the student's part.
+
+        On a local store the real location (symlinks resolved) is checked too: to be read it must
+        be inside the home or ``datasets/``, to be written inside the home. With ``pattern``, a
+        glob is checked by its fixed part (``walkguard.fixed_part``); the listing that expands it
+        shows only what may be read.
+
+        Raises
+        ------
+        StoreAccessError
+            The first path (or link target) outside what may be read (or, with ``write``,
+            written); the message names it and the rule.
+        """
         if isinstance(path, dict):
             path = list(path)
         for p in [path] if isinstance(path, str) else path:
-            norm = self.view.check(self._strip_protocol(p), write=write)
+            stripped = self._strip_protocol(p)
+            norm = self.view.check(walkguard.fixed_part(stripped) if pattern else stripped, write)
             if self.local:
                 target = os.path.realpath(os.path.join(self._real_root, norm))
-                self.view.check_target(self._real_root, target, p)
+                self.view.check_target(self._real_root, target, p, write=write)
 
     def _unavailable(self, exc: BaseException) -> StoreUnavailableError | None:
         gone = self.local and not os.path.isdir(self._real_root)
@@ -211,6 +235,12 @@ class StudentStore(DirFileSystem):
     # -- listings and files ------------------------------------------------------------------
 
     def ls(self, path: str = "", detail: bool = True, **kwargs: Any) -> list:
+        """List ``path``: only what the student may read, and no link leaving the allowed roots.
+
+        On a local store every walking call (find, glob, walk, du, expand_path, and get, copy,
+        cat, put through them) sees the store through it (see ``walkguard``). Raises
+        StoreAccessError for a ``path`` outside the student's part.
+        """
         self.check(path)
         out = self._call(lambda: DirFileSystem.ls(self, path, detail=detail, **kwargs))
         name = (lambda e: e["name"]) if detail else (lambda e: e)
@@ -255,9 +285,23 @@ class StudentStore(DirFileSystem):
         return None
 
     def pipe(self, path: Any, value: bytes | None = None, **kwargs: Any) -> None:
-        items = path.items() if isinstance(path, dict) else [(path, value)]
+        """Write ``value`` to ``path``, or each ``{path: value}`` of a dict; all paths are checked
+        before any is written (StoreAccessError for one outside the home)."""
+        items = list(path.items()) if isinstance(path, dict) else [(path, value)]
+        self.check([p for p, _ in items], write=True)
         for p, v in items:
             self.pipe_file(p, v, **kwargs)
+
+    def get_file(self, rpath: str, lpath: Any, **kwargs: Any) -> None:
+        """Copy one file (or make one folder, for a recursive ``get``) to the local ``lpath``.
+
+        Raises StoreAccessError for an ``rpath`` (or the link it is) outside the student's part.
+        """
+        self.check(rpath)
+        if isinstance(lpath, (str, os.PathLike)) and self.isdir(rpath):
+            os.makedirs(lpath, exist_ok=True)  # as fsspec's generic get_file; s3fs would fail
+            return None
+        return self._call(lambda: DirFileSystem.get_file(self, rpath, lpath, **kwargs))
 
     def write_text(self, path: str, value: str, encoding: str | None = None, **kwargs: Any) -> int:
         with self.open(path, "w", encoding=encoding, **kwargs) as f:
@@ -278,54 +322,23 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300] if text else "no message"
 
 
-def _guarded(name: str, args_spec: tuple[tuple[int, str, bool], ...]) -> Callable[..., Any]:
-    base = getattr(DirFileSystem, name)
+def _guarded(name: str, args_spec: tuple[tuple[int, str, str], ...]) -> Callable[..., Any]:
+    base = walkguard.implementation(name)
 
     @functools.wraps(base)
     def method(self: StudentStore, *args: Any, **kwargs: Any) -> Any:
-        for index, key, write in args_spec:
+        for index, key, how in args_spec:
             value = args[index] if len(args) > index else kwargs.get(key)
             if value is not None:
-                self.check(value, write=write)
+                self.check(value, write=how == WRITE, pattern=how == GLOB)
         return self._call(lambda: base(self, *args, **kwargs))
 
     return method
 
 
-def _listing(name: str) -> Callable[..., Any]:
-    base = getattr(DirFileSystem, name)
-
-    @functools.wraps(base)
-    def method(self: StudentStore, path: str, *args: Any, **kwargs: Any) -> Any:
-        split_path(self._strip_protocol(path))  # refuses absolute paths, URLs and ".."
-        result = self._call(lambda: base(self, path, *args, **kwargs))
-        if name == "walk":
-            return _filter_walk(self, result)
-        if isinstance(result, dict):
-            return {k: v for k, v in result.items() if self.view.visible(k)}
-        if isinstance(result, list):
-            return [p for p in result if self.view.visible(p)]
-        return result
-
-    return method
-
-
-def _filter_walk(store: StudentStore, walk: Any) -> Any:
-    for root, dirs, files in walk:
-        if root and not store.view.visible(root):
-            continue
-        keep = [d for d in dirs if store.view.visible(f"{root}/{d}".lstrip("/"))]
-        if isinstance(dirs, list):
-            dirs[:] = keep  # walk(topdown) descends only into what is kept
-            yield root, dirs, files
-        else:
-            yield root, {d: dirs[d] for d in keep}, files
-
-
 for _name, _spec in _METHODS.items():
     setattr(StudentStore, _name, _guarded(_name, _spec))
-for _name in _LISTINGS:
-    setattr(StudentStore, _name, _listing(_name))
+walkguard.refuse_async(StudentStore)
 
 
 class _StoreFile:
