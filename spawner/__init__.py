@@ -28,6 +28,10 @@ On the hub's event loop:
   started again;
 - :mod:`~scalelab.spawner.server_logs` -- each local server's output in a file of its own;
 - :mod:`~scalelab.spawner.homes` -- homes under ``home_root``;
+- :mod:`~scalelab.spawner.system_users` -- a system user per student (``jupyter-<name>``), made
+  on first start, with its private home and store folder;
+- :mod:`~scalelab.spawner.store_identity` -- who each student's server is to the course store
+  (the hub's options, a per-student S3 key, the student as the HDFS user);
 - :mod:`~scalelab.spawner.kube` -- granted GPUs as KubeSpawner settings (pure);
 - :mod:`~scalelab.spawner.metrics` -- Prometheus series of the GPUs.
 
