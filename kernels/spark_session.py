@@ -157,6 +157,11 @@ def build_session(conf: Mapping[str, str]) -> Any:
     # Executors run Python workers: make them use this kernel's interpreter, not python3 on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if conf.get("spark.driver.bindAddress") == "127.0.0.1":
+        # Spark's UI binds to SPARK_LOCAL_IP, else to every interface (0.0.0.0), whatever
+        # spark.driver.bindAddress says: keep it on loopback with the driver, so that it is
+        # reached through the student's server (jupyter-server-proxy), not from the network.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     try:
         from pyspark.sql import SparkSession
 

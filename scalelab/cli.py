@@ -36,7 +36,8 @@ def _parser() -> argparse.ArgumentParser:
         "--state-dir",
         type=Path,
         help="hub database, homes, local store "
-        "(default: $SCALELAB_STATE_DIR or ~/.local/share/scalelab)",
+        "(default: $SCALELAB_STATE_DIR, else /var/lib/scalelab for root, else "
+        "~/.local/share/scalelab)",
     )
     up.add_argument(
         "--ip", default="127.0.0.1", help="address to serve on (default: 127.0.0.1, loopback only)"

@@ -16,6 +16,7 @@ users it makes are removed at the end.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import pwd
@@ -228,6 +229,18 @@ async def test_alices_kernel_cannot_reach_bob_or_the_hubs_secrets(hub: ScaleLabU
     tree = server.children(recursive=True)
     assert {p.name() for p in tree} >= {"java"}, [p.cmdline()[:3] for p in tree]
     assert {p.uids().effective for p in tree} == {alice.pw_uid}
+    # Everything they listen on (the kernel's ZMQ ports, the Spark driver and its UI) is on
+    # loopback: Spark's UI would bind to every interface without SPARK_LOCAL_IP.
+    pids = {p.pid for p in tree}
+    listening = {
+        (c.laddr.ip, c.laddr.port)
+        for c in psutil.net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.pid in pids
+    }
+    assert len(listening) >= 7, listening  # 5 ZMQ channels, the driver, its UI
+    outside = {(ip, port) for ip, port in listening if not _loopback(ip)}
+    assert outside == set(), outside
+
     assert (state / "homes" / "bob" / "secret.txt").read_text() == SECRET  # nothing changed
     assert not (state / "homes" / "bob" / "planted.py").exists()
     assert (store / "datasets" / "demo" / "part.csv").read_text().startswith("year,loudness")
@@ -243,3 +256,9 @@ def test_alices_token_opens_neither_bobs_server_nor_his_hub_record(hub: ScaleLab
     ):
         answer = requests.get(url, headers=headers, timeout=30, allow_redirects=False)
         assert answer.status_code in (403, 404), (url, answer.status_code)
+
+
+def _loopback(ip: str) -> bool:
+    address = ipaddress.ip_address(ip)
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1
+    return (mapped or address).is_loopback

@@ -37,6 +37,8 @@ def _default(trait: TraitType) -> str:
         value = trait.default()
     except Exception:  # noqa: BLE001 -- dynamic defaults need an instance
         return "(computed)"
+    if isinstance(value, type):  # a Type setting: the class's import path, not its repr
+        return f"{value.__module__}.{value.__qualname__}"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 

@@ -545,7 +545,8 @@ def _serve(
     known: list[psutil.Process] = []
     print(f"Starting ScaleLab's hub (log: {log_path}) ...", file=out, flush=True)
     try:
-        with open(log_path, "ab") as log:
+        with open(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as log:
+            os.chmod(log_path, 0o600)  # the hub's log is its own, like its other files
             proc = subprocess.Popen(
                 [sys.executable, "-m", "jupyterhub", "-f", str(config_path)],
                 cwd=state_dir,
