@@ -201,3 +201,17 @@ def test_up_as_root_with_an_unreachable_state_folder_refuses_other_machines(tmp_
     assert (tmp_path / "state").is_relative_to(found[1]) and found[1] != str(tmp_path / "state")
     assert "--shared-identity" in done.stderr
     assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700  # left as the hub's own
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the root rule of scalelab up: needs root (CI)")
+def test_doctor_run_by_root_fails_an_operator_config_others_can_read(tmp_path: Path):
+    from scalelab.commands.doctor import FAIL, OK, check_configuration
+
+    config = tmp_path / "hub.py"
+    config.write_text("c.Authenticator.admin_users = {'ops'}\n")
+    config.chmod(0o644)
+    check = check_configuration(tmp_path / "state", config_file=str(config))
+    assert check.status == FAIL and "(mode 0644)" in check.detail, check
+    assert check.fix.startswith(f"chmod 600 {config}")
+    config.chmod(0o600)
+    assert check_configuration(tmp_path / "state", config_file=str(config)).status == OK

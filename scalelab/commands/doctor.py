@@ -408,16 +408,27 @@ def check_configuration(
 ) -> Check:
     """The configuration ``scalelab up`` would start the hub with: ``config_file`` compiles and
     runs, and passes the hub's own start-up validation (the same call ``scalelab up`` makes:
-    :func:`scalelab.hub_ext.hub.config_check.check_hub_config`).
+    :func:`scalelab.hub_ext.hub.config_check.check_hub_config`); run by root, also that other
+    users cannot read it (:func:`scalelab.commands.state_modes.check_operator_config`), as
+    ``scalelab up`` run by root requires.
 
     Raises
     ------
     FileNotFoundError
         ``config_file`` does not exist.
     """
+    from scalelab.commands.state_modes import check_operator_config
     from scalelab.hub_ext.hub.config_check import ConfigProblem, check_hub_config
 
     state_dir = state_dir.expanduser().resolve()
+    problem = check_operator_config(config_file) if config_file and os.geteuid() == 0 else None
+    if problem:  # scalelab up run by root gives students system users, and refuses the file
+        return Check(
+            "Configuration",
+            FAIL,
+            problem.split(": chmod")[0],
+            f"chmod 600 {config_file} (or run scalelab up --shared-identity, a single-user trial)",
+        )
     try:
         check_hub_config(_hub_config(state_dir, ip, port, store_url), config_file)
     except ConfigProblem as exc:
