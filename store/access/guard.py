@@ -1,9 +1,13 @@
 """Which paths of the course store a student may see, read and write (pure logic, no I/O).
 
 A student's part of the store is two roots: their home ``home/<user>`` (read and write) and the
-shared ``datasets/`` (read only). The store root and ``home`` itself may be listed, showing only
-those roots. Paths are relative to the store root, with ``/`` as separator. Absolute paths, URLs
-and ``..`` are refused outright, never resolved, so no spelling can leave the allowed roots.
+shared ``datasets/`` (read only). The store root and ``home`` are the view's own folders: they
+hold exactly those roots (``""`` -> ``home`` and ``datasets``, ``home`` -> ``home/<user>``), and
+with the two roots they are folders of the view whatever the store holds
+(:meth:`StoreView.children`, :meth:`StoreView.is_folder`), so that a store which may not be
+listed above the roots (a per-student S3 key) is never asked about them. Paths are relative to
+the store root, with ``/`` as separator. Absolute paths, URLs and ``..`` are refused outright,
+never resolved, so no spelling can leave the allowed roots.
 Symlinks are a property of the file system, not of the path: the I/O layer
 (:mod:`scalelab.store.access.student`) checks where they point with :meth:`StoreView.check_target`.
 """
@@ -84,6 +88,38 @@ class StoreView:
         if len(parts) <= 1 and (not parts or parts[0] in (HOMES, DATASETS)):
             return True  # the root, "home" and "datasets": listable (home filtered by visible())
         return parts[0] == DATASETS or parts[:2] == [HOMES, self.user]
+
+    @property
+    def roots(self) -> tuple[str, str]:
+        """The two roots of the student's part: ``home/<user>`` and ``datasets``."""
+        return (self.home, DATASETS)
+
+    def children(self, path: str) -> tuple[str, ...] | None:
+        """What one of the view's own folders holds, None for any other path (the store's).
+
+        ``path`` is normalised (as :meth:`check` returns it): ``""`` (the store root) holds
+        ``datasets`` and ``home``; ``home`` holds ``home/<user>`` alone.
+        """
+        if path == "":
+            return (DATASETS, HOMES)
+        if path == HOMES:
+            return (self.home,)
+        return None
+
+    def is_folder(self, path: str) -> bool:
+        """Whether the normalised ``path`` is a folder of the view whatever the store holds: the
+        root, ``home``, ``home/<user>`` and ``datasets`` (an object store has no folders, and
+        the home of a new student holds nothing yet)."""
+        return path in ("", HOMES, *self.roots)
+
+    def walk_roots(self, path: str) -> tuple[str, ...]:
+        """Where a walk from the normalised, readable ``path`` asks the store: the roots below
+        the root (``datasets``, ``home/<user>``) or below ``home`` (``home/<user>``); ``path``
+        itself inside a root."""
+        children = self.children(path)
+        if children is None:
+            return (path,)
+        return tuple(root for child in children for root in self.walk_roots(child))
 
     def writable(self, parts: list[str]) -> bool:
         """May the student create, change or delete the path with these parts?"""

@@ -3,8 +3,12 @@
 ``student_store()`` in a kernel, and the JupyterLab drive (URL ``scalelab:///``), give a
 :class:`StudentStore`: paths relative to the store root, ``home/<user>/...`` read-write and
 ``datasets/...`` read-only (:mod:`scalelab.store.access.guard`), symlinks leaving them refused on a
-local store. Every call that walks the store (get, copy, find, glob, walk, du, expand_path, cat,
-put) expands paths by the same rule as ``ls`` and acts through the checked single-path methods
+local store. The store root and ``home`` are the view's own folders: ``ls("")`` is ``datasets``
+and ``home``, ``ls("home")`` is ``home/<user>``, and these and the two roots are directories to
+``info``/``exists``/``isdir`` without asking the store, which a per-student S3 key
+(:class:`~scalelab.spawner.store_identity.S3KeyFile`) may not list above the roots. Every call
+that walks the store (get, copy, find, glob, walk, du, expand_path, cat, put) expands paths by
+the same rule as ``ls`` and acts through the checked single-path methods
 (:mod:`scalelab.store.access.walkguard`), so none sees more than ``ls`` shows. Two promises on
 top of fsspec:
 
@@ -105,13 +109,13 @@ _UNREACHABLE_TEXT = (
 READ, WRITE, GLOB = "read", "write", "glob"
 _METHODS: dict[str, tuple[tuple[int, str, str], ...]] = {
     **dict.fromkeys(
-        "cat_file size ukey checksum info created modified sign walk find du".split(),
+        "cat_file ukey checksum created modified sign walk find du".split(),
         ((0, "path", READ),),
     ),
     **dict.fromkeys("glob expand_path cat".split(), ((0, "path", GLOB),)),
     **dict.fromkeys("sizes cat_ranges".split(), ((0, "paths", READ),)),
     "get": ((0, "rpath", GLOB),),
-    **dict.fromkeys("rm_file rm delete mkdir makedirs rmdir touch".split(), ((0, "path", WRITE),)),
+    **dict.fromkeys("rm_file rm delete rmdir touch".split(), ((0, "path", WRITE),)),
     **dict.fromkeys("put_file put".split(), ((1, "rpath", WRITE),)),
     "cp_file": ((0, "path1", READ), (1, "path2", WRITE)),
     "copy": ((0, "path1", GLOB), (1, "path2", WRITE)),
@@ -169,6 +173,8 @@ class StudentStore(DirFileSystem):
         self.view = view
         self.url = url
         self.local = _is_local(fs)
+        protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+        self.s3 = "s3" in protocols
         self._real_root = os.path.realpath(root) if self.local else ""
         if self.local:
             fs.makedirs(self._join(view.home), exist_ok=True)
@@ -237,14 +243,48 @@ class StudentStore(DirFileSystem):
     def ls(self, path: str = "", detail: bool = True, **kwargs: Any) -> list:
         """List ``path``: only what the student may read, and no link leaving the allowed roots.
 
-        On a local store every walking call (find, glob, walk, du, expand_path, and get, copy,
-        cat, put through them) sees the store through it (see ``walkguard``). Raises
-        StoreAccessError for a ``path`` outside the student's part.
+        The store root and ``home`` are the view's own folders (``StoreView.children``): their
+        listing is ``home`` and ``datasets``, and ``home/<user>``, without asking the store,
+        which a per-student key may not list there. A root the store holds nothing in yet (a new
+        home on S3, which has no folders) lists as empty. On a local store every walking call
+        (find, glob, walk, du, expand_path, and get, copy, cat, put through them) sees the store
+        through it (see ``walkguard``). Raises StoreAccessError for a ``path`` outside the
+        student's part.
         """
         self.check(path)
-        out = self._call(lambda: DirFileSystem.ls(self, path, detail=detail, **kwargs))
+        folder = self._view_folder(path)
+        children = None if folder is None else self.view.children(folder)
+        if children is not None:
+            return [self._folder_info(c) for c in children] if detail else list(children)
+        try:
+            out = self._call(lambda: DirFileSystem.ls(self, path, detail=detail, **kwargs))
+        except FileNotFoundError:
+            if folder is None:
+                raise
+            return []
         name = (lambda e: e["name"]) if detail else (lambda e: e)
         return [e for e in out if self.view.visible(name(e)) and self._inside(name(e))]
+
+    def _view_folder(self, path: Any) -> str | None:
+        """``path`` normalised when it is one of the view's folders (the root, ``home``,
+        ``home/<user>``, ``datasets``), else None. For a path already checked."""
+        if not isinstance(path, str):
+            return None
+        norm = self.view.check(self._strip_protocol(path))
+        return norm if self.view.is_folder(norm) else None
+
+    def _folder_info(self, path: str) -> dict[str, Any]:
+        """``info`` of one of the view's folders (normalised ``path``): a directory, even where
+        the store has nothing. An object store is not asked; a local one is, for the folder's
+        times and mode, when it is there (and not a link out)."""
+        info: dict[str, Any] = {"name": path, "size": 0, "type": "directory"}
+        if not (self.local and self._inside(path)):
+            return info
+        try:
+            real = self._call(lambda: DirFileSystem.info(self, path))
+        except FileNotFoundError:
+            return info
+        return {**real, "name": path} if real.get("type") == "directory" else info
 
     def _inside(self, path: str) -> bool:
         """False for a listed entry that is a link leaving the allowed roots (left out)."""
@@ -254,17 +294,69 @@ class StudentStore(DirFileSystem):
             return False
         return True
 
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        """fsspec's ``info``; the view's folders are directories without asking an object store.
+
+        Raises StoreAccessError for a ``path`` outside the student's part.
+        """
+        self.check(path)
+        folder = self._view_folder(path)
+        if folder is not None:
+            return self._folder_info(folder)
+        return self._call(lambda: DirFileSystem.info(self, path, **kwargs))
+
+    def size(self, path: str) -> int | None:
+        """fsspec's ``size``; for the view's folders their ``info``'s (0 on an object store)."""
+        self.check(path)
+        folder = self._view_folder(path)
+        if folder is not None:
+            return self._folder_info(folder)["size"]
+        return self._call(lambda: DirFileSystem.size(self, path))
+
     def exists(self, path: str, **kwargs: Any) -> bool:
-        """False for paths outside the student's part too, like ``os.path.exists``."""
-        return self._inside(path) and self._call(lambda: DirFileSystem.exists(self, path, **kwargs))
+        """False for paths outside the student's part too, like ``os.path.exists``; True for the
+        view's folders."""
+        if not self._inside(path):
+            return False
+        if self._view_folder(path) is not None:
+            return True
+        return self._call(lambda: DirFileSystem.exists(self, path, **kwargs))
 
     def isdir(self, path: str) -> bool:
-        """False for paths outside the student's part too."""
-        return self._inside(path) and self._call(lambda: DirFileSystem.isdir(self, path))
+        """False for paths outside the student's part too; True for the view's folders."""
+        if not self._inside(path):
+            return False
+        if self._view_folder(path) is not None:
+            return True
+        return self._call(lambda: DirFileSystem.isdir(self, path))
 
     def isfile(self, path: str) -> bool:
-        """False for paths outside the student's part too."""
-        return self._inside(path) and self._call(lambda: DirFileSystem.isfile(self, path))
+        """False for paths outside the student's part and for the view's folders."""
+        if not self._inside(path) or self._view_folder(path) is not None:
+            return False
+        return self._call(lambda: DirFileSystem.isfile(self, path))
+
+    def mkdir(self, path: str, *args: Any, **kwargs: Any) -> None:
+        """Make a folder in the home. On S3 nothing is made (an object store has no folders: a
+        folder is there once a file is in it), and s3fs, which would list the bucket's root to
+        check that the bucket exists, is not asked: a per-student key may not list it.
+
+        Raises StoreAccessError for a ``path`` outside the home.
+        """
+        self.check(path, write=True)
+        if self.s3:
+            return None
+        return self._call(lambda: DirFileSystem.mkdir(self, path, *args, **kwargs))
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        """Make a folder and its parents in the home; nothing on S3, as :meth:`mkdir`.
+
+        Raises StoreAccessError for a ``path`` outside the home.
+        """
+        self.check(path, write=True)
+        if self.s3:
+            return None
+        return self._call(lambda: DirFileSystem.makedirs(self, path, exist_ok=exist_ok))
 
     def open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
         write = any(c in mode for c in "wxa+")

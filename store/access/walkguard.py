@@ -13,8 +13,10 @@ view itself (:func:`implementation`):
   folder through ``StudentStore.ls``, which shows only what the student may read and leaves out
   links whose real target is outside ``home/<user>/`` and ``datasets/``: a link that is never
   listed is never followed. Object stores and HDFS have no links: there ``find`` is the back
-  end's own (one listing of a whole prefix on S3), cut down by the same rule
-  (``StoreView.visible``);
+  end's own (one listing of a whole prefix on S3) of each root the walk reaches
+  (``StoreView.walk_roots``), cut down by the same rule (``StoreView.visible``). The store root
+  and ``home`` are the view's own folders, never asked of the store: a per-student S3 key may
+  list ``home/<user>/`` and ``datasets/`` only;
 - every file found is then read, copied or written by a single-path method (``info``,
   ``cat_file``, ``get_file``, ``cp_file``, ``put_file``), each checked on its own;
 - the explicit path, or a glob's fixed part (:func:`fixed_part`), is checked first, so a path
@@ -36,6 +38,7 @@ from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractFileSystem
 
+from scalelab.store.access.guard import split_path
 from scalelab.store.errors import StoreAccessError
 
 #: The calls that expand paths: fsspec's generic versions, run on the view, never the back end's.
@@ -90,15 +93,57 @@ def _copy(store: Any, path1: Any, path2: Any, *args: Any, **kwargs: Any) -> None
     return AbstractFileSystem.copy(store, path1, path2, *args, **kwargs)
 
 
-def _find(store: Any, path: str, *args: Any, detail: bool = False, **kwargs: Any) -> Any:
+def _find(
+    store: Any,
+    path: str,
+    maxdepth: int | None = None,
+    withdirs: bool = False,
+    detail: bool = False,
+    **kwargs: Any,
+) -> Any:
     if store.local:  # links: walk through the view's ls, which resolves each entry
-        return AbstractFileSystem.find(store, path, *args, detail=detail, **kwargs)
+        return AbstractFileSystem.find(
+            store, path, maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs
+        )
     # No links: the back end's own find (on S3 one listing of the prefix, where a walk would
-    # also see folders left empty by SeaweedFS), cut down by the same rule.
-    found = DirFileSystem.find(store, path, *args, detail=detail, **kwargs)
-    if detail:
-        return {name: info for name, info in found.items() if store.view.visible(name)}
-    return [name for name in found if store.view.visible(name)]
+    # also see folders left empty by SeaweedFS) of each root the walk reaches, cut down by the
+    # same rule. The store root and home are the view's: never asked (a per-student key may not
+    # list them), their folders added as fsspec's find would.
+    if maxdepth is not None and maxdepth < 1:
+        raise ValueError("maxdepth must be at least 1")
+    top = store.view.check(store._strip_protocol(path))
+    depth = len(split_path(top))
+    found: dict[str, Any] = {}
+    for root in store.view.walk_roots(top):
+        parts = split_path(root)
+        left = None if maxdepth is None else maxdepth - (len(parts) - depth)
+        if left is None or left >= 1:
+            found.update(_find_below(store, root, left, withdirs, **kwargs))
+        if withdirs:  # the view's folders from top (itself unless the root, as fsspec) to root
+            for i in range(max(depth, 1), len(parts) + 1):
+                folder = "/".join(parts[:i])
+                if store.view.is_folder(folder) and (maxdepth is None or i - depth <= maxdepth):
+                    found[folder] = store.info(folder)
+    names = sorted(name for name in found if store.view.visible(name))
+    return {name: found[name] for name in names} if detail else names
+
+
+def _find_below(
+    store: Any, path: str, maxdepth: int | None, withdirs: bool, **kwargs: Any
+) -> dict[str, Any]:
+    """The back end's find of ``path`` (a root, or a path inside one), with details.
+
+    A root the store holds nothing in yet is empty: s3fs then asks about the root itself as an
+    object, which a per-student key may not read (a 403 for ``home/<user>`` without the ``/``).
+    """
+    try:
+        return DirFileSystem.find(
+            store, path, maxdepth=maxdepth, withdirs=withdirs, detail=True, **kwargs
+        )
+    except (FileNotFoundError, PermissionError):
+        if path in store.view.roots and not store.ls(path, detail=False):
+            return {}
+        raise
 
 
 def _du(
