@@ -90,11 +90,16 @@ def _parser() -> argparse.ArgumentParser:
         default=sys.prefix,
         help="install under PREFIX/share/jupyter (default: this Python's prefix)",
     )
-    doctor = sub.add_parser("doctor", help="check Java, Spark, store, GPUs, proxy, port, database")
+    doctor = sub.add_parser(
+        "doctor",
+        help="check Java, Spark, store, GPUs, proxy, the hub's ports, database; creates nothing",
+    )
     doctor.add_argument("--state-dir", type=Path, help="scalelab up's state folder")
     doctor.add_argument("--ip", default="127.0.0.1", help="address the hub serves on")
     doctor.add_argument("--port", type=_port, default=8000, help="port the hub serves on")
-    doctor.add_argument("--store", help="course store URL (default: from the configuration)")
+    doctor.add_argument(
+        "--store", help="course store URL or path (default: from the configuration)"
+    )
     doctor.add_argument("--config", help="your jupyterhub_config.py, as given to scalelab up")
     sub.add_parser("config-reference", help="print the configuration reference (Markdown)")
     _add_labs_parser(sub)

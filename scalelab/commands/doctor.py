@@ -2,11 +2,16 @@
 
 Each check is a function that returns a :class:`Check` (name, status, detail, fix) and never
 raises for a broken host: Java, Spark, the course store and the homes folder, NVML and the GPU
-inventory, configurable-http-proxy, the hub's port and the hub database, after the
-configuration itself (the operator's file compiles, runs and passes the hub's start-up
-validation). The checks read the hub's configuration (``scalelab up``'s defaults, plus the
-operator's ``jupyterhub_config.py`` given with ``--config``), so they test what the hub will
-actually use.
+inventory, configurable-http-proxy, every port the hub will listen on (the public one, the
+hub's own, the proxy's API) and the hub database, after the configuration itself (the
+operator's file compiles, runs and passes the hub's start-up validation). The checks read the
+hub's configuration (``scalelab up``'s defaults, plus the operator's ``jupyterhub_config.py``
+given with ``--config``), so they test what the hub will actually use.
+
+Doctor looks and never creates or changes anything: a missing local store is a failure whose
+fix is the ``scalelab data fetch`` that makes it; a missing homes folder, state folder or
+SQLite database is judged by whether the folder it would be made in is writable
+(``os.access``), not by writing there.
 
 Statuses: ``ok``; ``warn`` (the hub runs, with less: e.g. no GPU on a CPU machine); ``fail``
 (the hub or students' kernels will not work). :func:`exit_status` is 1 when any check failed.
@@ -17,11 +22,10 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import re
+import shlex
 import shutil
-import sqlite3
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,8 +167,14 @@ def _with_timeout(fn: Callable[[], Any], timeout_s: float) -> Any:
 def check_store(
     store_url: str, store_options: Mapping[str, Any], timeout_s: float = CHECK_TIMEOUT_S
 ) -> Check:
-    """The course store: it opens and its root can be listed within ``timeout_s``."""
-    from scalelab.store import open_store
+    """The course store: it exists and its root can be listed within ``timeout_s``.
+
+    A local store (``file://`` URL or plain path, relative ones against this folder) is looked
+    at on disk and never created: a missing one fails, and its fix is the
+    ``scalelab data fetch`` that makes it and fills it. Any other store is opened through
+    fsspec (:func:`scalelab.store.open_store`) and its root listed. Never raises.
+    """
+    from scalelab.spawner.local import local_store_root
 
     fix = (
         "Check c.ScaleLabSpawner.store_url and store_options (or --store): the server must be "
@@ -172,8 +182,13 @@ def check_store(
     )
     if not store_url:
         return Check("Course store", FAIL, "no store URL is configured", fix)
+    local = local_store_root(store_url)
+    if local is not None:
+        return _check_local_store(store_url, local, timeout_s)
 
     def probe() -> int:
+        from scalelab.store import open_store
+
         fs = open_store(store_url, store_options)
         return len(fs.ls("", detail=False))
 
@@ -187,18 +202,90 @@ def check_store(
     return Check("Course store", OK, f"{store_url} is reachable ({entries} entries at its root)")
 
 
+def fetch_command(store_url: str) -> str:
+    """The ``scalelab data fetch`` that creates the store ``store_url`` with the course's data
+    sets (:data:`scalelab.store.DATASETS`), as one shell line."""
+    from scalelab.store import DATASETS
+
+    return f"scalelab data fetch {' '.join(DATASETS)} --store {shlex.quote(store_url)}"
+
+
+def _check_local_store(store_url: str, folder: Path, timeout_s: float) -> Check:
+    """The local store ``folder`` (of ``store_url``): a folder that can be listed; read only."""
+    if not os.path.lexists(folder):
+        return Check("Course store", FAIL, f"{store_url} does not exist", fetch_command(store_url))
+    if not folder.is_dir():
+        return Check(
+            "Course store",
+            FAIL,
+            f"{store_url} is not a folder ({folder})",
+            f"Move {folder} away, or choose another store (c.ScaleLabSpawner.store_url or "
+            "--store).",
+        )
+    try:
+        entries = _with_timeout(lambda: len(os.listdir(folder)), timeout_s)
+    except concurrent.futures.TimeoutError:
+        return Check(
+            "Course store",
+            FAIL,
+            f"{store_url}: no answer in {timeout_s:.0f} s",
+            f"Check the file system that holds {folder} (a hung network mount?).",
+        )
+    except OSError as exc:
+        return Check(
+            "Course store",
+            FAIL,
+            f"{store_url} cannot be read: {exc.strerror or exc}",
+            f"Make {folder} readable by the hub's user.",
+        )
+    return Check("Course store", OK, f"{store_url} is reachable ({entries} entries at its root)")
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path``, or its nearest ancestor that exists."""
+    while not os.path.lexists(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _folder_problem(folder: Path) -> str | None:
+    """Why files cannot be made in the existing ``folder``, or None when they can.
+
+    Asked of the kernel (``os.access``), never tried: doctor writes nothing. So root passes
+    anywhere but on a read-only mount, as root's hub would.
+    """
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"{folder} is not writable by this user"
+    return None
+
+
 def check_homes(home_root: str) -> Check:
-    """The folder of users' homes exists (or can be created) and is writable."""
+    """The folder of users' homes is writable, or can be created (``scalelab up`` makes its
+    state folder's ``homes/``, the spawner makes ``<home_root>/<user>`` with its parents at a
+    first login). Looks only; creates nothing. Never raises."""
     if not home_root:
         return Check("Homes", OK, "system users' homes (c.ScaleLabSpawner.home_root is empty)")
-    fix = f"Create {home_root} and make it writable by the hub's user, or set home_root."
-    try:
-        Path(home_root).mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=home_root, prefix=".scalelab-doctor-"):
-            pass
-    except OSError as exc:
-        return Check("Homes", FAIL, f"{home_root} is not writable: {exc.strerror or exc}", fix)
-    return Check("Homes", OK, f"{home_root} is writable")
+    fix = (
+        f"Create {home_root} (mkdir -p {shlex.quote(home_root)}) and make it writable by the "
+        "hub's user, or set c.ScaleLabSpawner.home_root."
+    )
+    home = Path(home_root)
+    if os.path.lexists(home):
+        problem = _folder_problem(home)
+        if problem:
+            return Check("Homes", FAIL, f"{home_root} is not writable: {problem}", fix)
+        return Check("Homes", OK, f"{home_root} is writable")
+    base = _nearest_existing(home.parent)
+    problem = _folder_problem(base)
+    if problem:
+        return Check("Homes", FAIL, f"{home_root} cannot be created: {problem}", fix)
+    return Check(
+        "Homes",
+        OK,
+        f"{home_root} does not exist yet and will be created ({base} is writable)",
+    )
 
 
 def check_gpus(declared: Sequence[Mapping[str, Any]], excluded: Sequence[str]) -> Check:
@@ -235,42 +322,220 @@ def check_proxy(command: Sequence[str] | None) -> Check:
     return Check("Proxy", OK, f"configurable-http-proxy {out.strip()} at {command[0]}")
 
 
-def check_port(ip: str, port: int, our_pids: set[int]) -> Check:
-    """The hub's public port is free, or held by our own running hub (``our_pids``)."""
+@dataclass(frozen=True)
+class HubPort:
+    """A TCP port the hub's processes will listen on (see :func:`hub_ports`).
+
+    Attributes
+    ----------
+    name
+        The check's name: ``"Port"`` (the public one, the proxy's), ``"Hub port"`` or
+        ``"Proxy API port"``.
+    ip
+        The address (``""``: every interface).
+    port
+        The port; 0 when nothing fixes it and ``scalelab up`` picks a free one at start.
+    setting
+        The setting that fixes it, e.g. ``"c.JupyterHub.hub_port"``.
+    source
+        The config file that set it; ``""`` when it comes from ``scalelab up`` itself
+        (``--ip`` / ``--port``).
+    started
+        False when the hub does not start what listens there (a proxy with
+        ``c.ConfigurableHTTPProxy.should_start = False``).
+    """
+
+    name: str
+    ip: str
+    port: int
+    setting: str
+    source: str = ""
+    started: bool = True
+
+
+#: How a check names the other ports of the hub, in a clash.
+_PORT_WORDS = {
+    "Port": "public port",
+    "Hub port": "hub's port",
+    "Proxy API port": "proxy's API port",
+}
+
+
+#: The setting of the address that goes with a port setting (a URL holds both).
+_ADDRESS_SETTINGS = {
+    "c.JupyterHub.port": "c.JupyterHub.ip",
+    "c.JupyterHub.hub_port": "c.JupyterHub.hub_ip",
+}
+
+
+def _is_set(cfg: Any, section: str, key: str) -> bool:
+    """Whether the traitlets ``Config`` ``cfg`` sets ``section.key`` (without adding it)."""
+    return cfg is not None and section in cfg and key in cfg[section]
+
+
+def _url_port(url: str) -> tuple[str, int]:
+    """(host, port) of an ``http(s)://`` URL, the scheme's port when none is given; port 0
+    for a URL with no TCP port (``http+unix://``) or one that cannot be read."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if "+unix" in parts.scheme:
+        return "", 0
+    try:
+        port = parts.port
+    except ValueError:
+        return parts.hostname or "", 0
+    if port is None:
+        port = 443 if parts.scheme == "https" else 80
+    return parts.hostname or "", port
+
+
+def hub_ports(c: Any, operator: Any = None, config_file: str | None = None) -> tuple[HubPort, ...]:
+    """The ports the hub configured by ``c`` will listen on: the public port (the proxy's),
+    the hub's own port and the proxy's API port, in that order.
+
+    Parameters
+    ----------
+    c
+        The merged configuration (:func:`_hub_config`, with the operator's file over it), in
+        which ``scalelab up``'s picked ports are 0: ``c.JupyterHub.hub_port`` and the port of
+        ``c.ConfigurableHTTPProxy.api_url`` are then fixed only by the operator's file.
+    operator
+        The operator's own ``Config`` (to tell where the public port came from), or None.
+    config_file
+        Its path, named in the fixes.
+    """
+    mine = str(config_file or "")
+    hub, proxy = c.JupyterHub, c.ConfigurableHTTPProxy
+    started = bool(_get(proxy, "should_start", True))
+    public = HubPort(
+        "Port",
+        _get(hub, "ip", ""),
+        int(_get(hub, "port", 8000)),
+        "c.JupyterHub.port",
+        mine if _is_set(operator, "JupyterHub", "port") else "",
+        started,
+    )
+    if _get(hub, "hub_bind_url", ""):
+        ip, port = _url_port(hub["hub_bind_url"])
+        own = HubPort("Hub port", ip, port, "c.JupyterHub.hub_bind_url", mine)
+    else:
+        ip, port = _get(hub, "hub_ip", "127.0.0.1"), int(_get(hub, "hub_port", 0))
+        own = HubPort("Hub port", ip, port, "c.JupyterHub.hub_port", mine)
+    ip, port = _url_port(_get(proxy, "api_url", "")) if _get(proxy, "api_url", "") else ("", 0)
+    api = HubPort("Proxy API port", ip, port, "c.ConfigurableHTTPProxy.api_url", mine, started)
+    return (public, own, api)
+
+
+def _same_address(a: str, b: str) -> bool:
+    """Whether listening on ``a`` and on ``b`` with one port number clash."""
+    wildcard = {"", "0.0.0.0", "::"}
+    return a == b or a in wildcard or b in wildcard
+
+
+def check_ports(ports: Sequence[HubPort], our_pids: set[int]) -> list[Check]:
+    """One check per port of :func:`hub_ports`: fine when ``scalelab up`` picks it, when the
+    hub does not start its listener, when it is free or held by this state folder's running
+    hub (``our_pids``); failed when another program holds it (named with its pid and command)
+    or when two of the hub's own ports share a number. Never raises."""
+    checks = []
+    for i, p in enumerate(ports):
+        if not p.started:
+            detail = (
+                f"{p.ip or '*'}:{p.port} belongs to a proxy the hub does not start "
+                "(c.ConfigurableHTTPProxy.should_start = False)"
+            )
+            checks.append(Check(p.name, OK, detail))
+            continue
+        if p.port == 0:
+            detail = f"scalelab up picks a free port at start ({p.setting} is not set)"
+            checks.append(Check(p.name, OK, detail))
+            continue
+        clash = next(
+            (q for q in ports[:i] if q.started and q.port == p.port and _same_address(q.ip, p.ip)),
+            None,
+        )
+        if clash is not None:
+            where = f" in {p.source}" if p.source else ""
+            checks.append(
+                Check(
+                    p.name,
+                    FAIL,
+                    f"{p.setting}: {p.port} is also the {_PORT_WORDS[clash.name]} "
+                    f"({clash.setting}); the hub cannot listen on both",
+                    f"Change {p.setting}{where}: each of the hub's ports needs its own number.",
+                )
+            )
+            continue
+        checks.append(
+            check_port(p.ip, p.port, our_pids, name=p.name, setting=p.setting, source=p.source)
+        )
+    return checks
+
+
+def check_port(
+    ip: str,
+    port: int,
+    our_pids: set[int],
+    *,
+    name: str = "Port",
+    setting: str = "c.JupyterHub.port",
+    source: str = "",
+) -> Check:
+    """``ip:port`` is free, or held by our own running hub (``our_pids``); when another program
+    holds it, the failure names it (pid and command) and the fix names ``setting`` and the
+    config file ``source`` that fixed it (``""``: ``scalelab up --port``). Never raises."""
     from scalelab.commands.up import UpError, check_port_free, listener_pid
 
+    where = f"{ip or '*'}:{port}"
     try:
-        check_port_free(ip, port)
+        check_port_free(ip or "0.0.0.0", port)
     except UpError as exc:
+        message = str(exc)
+        if message.startswith("cannot listen"):  # not EADDRINUSE: an address not of this host
+            address = _ADDRESS_SETTINGS.get(setting, setting)
+            change = f"{address} in {source}" if source else f"scalelab up --ip, or {address}"
+            return Check(name, FAIL, message, f"Use an address of this machine: {change}.")
         holder = listener_pid(port)
         if holder is not None and holder in our_pids:
-            return Check("Port", OK, f"{ip}:{port} is served by this state folder's hub")
-        return Check(
-            "Port",
-            FAIL,
-            str(exc).split(". Stop it")[0],  # names the holder: pid and command
-            "Stop that program, or choose another port (scalelab up --port, c.JupyterHub.port).",
-        )
-    return Check("Port", OK, f"{ip}:{port} is free")
+            return Check(name, OK, f"{where} is served by this state folder's hub")
+        if source:
+            fix = f"Stop that program, or change {setting} in {source}"
+            if setting != "c.JupyterHub.port":
+                fix += " (or remove it: scalelab up then picks a free port)"
+            fix += "."
+        else:
+            fix = (
+                "Stop that program, or choose another port (scalelab up --port, c.JupyterHub.port)."
+            )
+        return Check(name, FAIL, message.split(". Stop it")[0], fix)  # names the holder
+    return Check(name, OK, f"{where} is free")
 
 
-def check_database(db_url: str) -> Check:
-    """The hub database: a SQLite file that can be written, or a server that answers."""
+def _sqlite_path(db_url: str, state_dir: Path | None) -> Path | None:
+    """The file of a ``sqlite://`` database URL (relative ones against ``state_dir``, the
+    hub's working folder), None for an in-memory one; raises ValueError for another URL."""
+    match = re.match(r"sqlite(?:\+\w+)?://(.*)$", db_url)
+    if not match:
+        raise ValueError(f"not a SQLite URL: {db_url}")
+    rest = match.group(1).split("?")[0]
+    path = rest[1:] if rest.startswith("/") else rest
+    if path in ("", ":memory:"):
+        return None
+    return (state_dir or Path.cwd()) / path  # an absolute path stays as it is
+
+
+def check_database(db_url: str, state_dir: Path | None = None) -> Check:
+    """The hub database: a SQLite file the hub can write (or create), or a server that answers.
+
+    SQLite is looked at, never opened: a database is not created, locked or changed; a missing
+    one is fine when its folder is writable, or is ``state_dir`` (or one of the folders
+    ``scalelab up`` makes in it) under a writable folder. A relative path is the hub's: under
+    ``state_dir``, its working folder. Never raises.
+    """
     fix = "Check c.JupyterHub.db_url: the folder must be writable, the server reachable."
-    if db_url.startswith("sqlite:///"):
-        path = Path(db_url[len("sqlite:///") :])
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            existed = path.exists()
-            with sqlite3.connect(path, timeout=5) as db:
-                db.execute("BEGIN IMMEDIATE")  # takes the write lock: proves it is writable
-                db.rollback()
-            db.close()
-            if not existed:
-                path.unlink()
-        except (OSError, sqlite3.Error) as exc:
-            return Check("Database", FAIL, f"{path} is not writable: {exc}", fix)
-        return Check("Database", OK, f"SQLite {path} is writable")
+    if db_url.startswith("sqlite"):
+        return _check_sqlite(db_url, state_dir, fix)
     try:
         import sqlalchemy
 
@@ -289,6 +554,56 @@ def check_database(db_url: str) -> Check:
         detail = _redact(f"{db_url}: {type(exc).__name__}: {str(exc)[:200]}")
         return Check("Database", FAIL, detail, fix)
     return Check("Database", OK, f"{_redact(db_url)} answers")
+
+
+def _check_sqlite(db_url: str, state_dir: Path | None, fix: str) -> Check:
+    try:
+        path = _sqlite_path(db_url, state_dir)
+    except ValueError as exc:
+        return Check("Database", FAIL, str(exc), fix)
+    if path is None:
+        return Check("Database", OK, "SQLite in memory (the hub forgets its users at each stop)")
+    if os.path.lexists(path):
+        if not path.is_file():
+            return Check("Database", FAIL, f"{path} is not a file", fix)
+        try:
+            with open(path, "rb") as db:
+                header = db.read(16)
+        except OSError as exc:
+            return Check("Database", FAIL, f"{path} cannot be read: {exc.strerror or exc}", fix)
+        if header and header != b"SQLite format 3\x00":
+            return Check("Database", FAIL, f"{path} is not a SQLite database", fix)
+        if not os.access(path, os.R_OK | os.W_OK):
+            return Check("Database", FAIL, f"{path} is not writable by this user", fix)
+        problem = _folder_problem(path.parent)  # SQLite writes its journal beside the file
+        if problem:
+            return Check("Database", FAIL, f"{path} is not writable: {problem}", fix)
+        return Check("Database", OK, f"SQLite {path} is writable")
+    folder = path.parent
+    if os.path.lexists(folder):
+        problem = _folder_problem(folder)
+        if problem:
+            return Check("Database", FAIL, f"{path} is not writable: {problem}", fix)
+        return Check("Database", OK, f"SQLite {path} is writable (the hub creates it)")
+    ours = state_dir is not None and folder in {
+        state_dir,
+        *(state_dir / name for name in StateFolder.SUBFOLDERS),
+    }
+    if not ours:
+        return Check(
+            "Database",
+            FAIL,
+            f"{path} cannot be created: {folder} does not exist",
+            f"mkdir -p {shlex.quote(str(folder))} (as the hub's user), or change "
+            "c.JupyterHub.db_url.",
+        )
+    base = _nearest_existing(folder)
+    problem = _folder_problem(base)
+    if problem:
+        return Check("Database", FAIL, f"{path} cannot be created: {problem}", fix)
+    return Check(
+        "Database", OK, f"SQLite {path}: scalelab up creates {folder} ({base} is writable)"
+    )
 
 
 def _redact(url: str) -> str:
@@ -325,7 +640,11 @@ def python_env() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class DoctorSettings:
-    """What the checks look at, read from the hub's configuration (see :func:`load_settings`)."""
+    """What the checks look at, read from the hub's configuration (see :func:`load_settings`).
+
+    ``ip`` and ``port`` are the public address; ``ports`` every port the hub will listen on
+    (:func:`hub_ports`; empty: the public one only).
+    """
 
     state_dir: str
     ip: str
@@ -337,6 +656,7 @@ class DoctorSettings:
     db_url: str
     declared_gpus: list
     exclude_gpus: list
+    ports: tuple[HubPort, ...] = ()
 
 
 def _get(section: Any, key: str, default: Any) -> Any:
@@ -344,13 +664,16 @@ def _get(section: Any, key: str, default: Any) -> Any:
 
 
 def _hub_config(state_dir: Path, ip: str, port: int, store_url: str | None) -> Any:
-    """``scalelab up``'s embedded configuration for ``state_dir`` (a traitlets ``Config``)."""
+    """``scalelab up``'s embedded configuration for ``state_dir`` (a traitlets ``Config``),
+    ``store_url`` made absolute as ``scalelab up`` makes it; the hub's and the proxy API's
+    ports, which ``scalelab up`` picks at start, are 0."""
     from scalelab.commands.state_files import default_store_url
+    from scalelab.commands.up import absolute_store_url
     from scalelab.commands.up_config import UpSettings, embedded_config
 
     settings = UpSettings(
         state_dir=str(state_dir),
-        store_url=store_url or default_store_url(state_dir),
+        store_url=absolute_store_url(store_url) if store_url else default_store_url(state_dir),
         proxy_command=[],
         hub_port=0,
         proxy_api_port=0,
@@ -370,6 +693,9 @@ def load_settings(
 ) -> DoctorSettings:
     """``scalelab up``'s configuration for ``state_dir``, with ``config_file`` loaded after it.
 
+    Reads only: a relative ``store_url`` is made absolute against this folder (as
+    ``scalelab up`` does), ``state_dir`` is resolved, neither need exist.
+
     Raises
     ------
     FileNotFoundError
@@ -377,24 +703,27 @@ def load_settings(
     scalelab.hub_ext.hub.config_check.ConfigProblem
         It does not compile, or fails while it runs.
     """
+    from scalelab.commands.up import absolute_store_url
     from scalelab.hub_ext.hub.config_check import load_config_file
 
     state_dir = state_dir.expanduser().resolve()
     c = _hub_config(state_dir, ip, port, store_url)
-    if config_file:
-        c.merge(load_config_file(config_file))
+    operator = load_config_file(config_file) if config_file else None
+    if operator is not None:
+        c.merge(operator)
     spawner = c.ScaleLabSpawner
     return DoctorSettings(
         state_dir=str(state_dir),
         ip=_get(c.JupyterHub, "ip", ip),
         port=int(_get(c.JupyterHub, "port", port)),
-        store_url=store_url or _get(spawner, "store_url", ""),
+        store_url=absolute_store_url(store_url) if store_url else _get(spawner, "store_url", ""),
         store_options=dict(_get(spawner, "store_options", {})),
         home_root=_get(spawner, "home_root", ""),
         spark_master=_get(spawner, "spark_master", DEFAULT_SPARK_MASTER),
         db_url=_get(c.JupyterHub, "db_url", "sqlite:///jupyterhub.sqlite"),
         declared_gpus=list(_get(spawner, "declared_gpus", [])),
         exclude_gpus=list(_get(spawner, "exclude_gpus", [])),
+        ports=hub_ports(c, operator, config_file),
     )
 
 
@@ -480,7 +809,8 @@ def hub_pids(state_dir: Path) -> set[int]:
 
 
 def run_checks(s: DoctorSettings, env: Mapping[str, str] | None = None) -> list[Check]:
-    """Every check, in order, on ``s`` with the servers' environment ``env``."""
+    """Every check, in order, on ``s`` with the servers' environment ``env``; each looks and
+    none creates or changes a file. Never raises for a broken host."""
     from scalelab.commands.up import UpError, find_proxy
 
     env = python_env() if env is None else env
@@ -495,6 +825,9 @@ def run_checks(s: DoctorSettings, env: Mapping[str, str] | None = None) -> list[
         check_homes(s.home_root),
         check_gpus(s.declared_gpus, s.exclude_gpus),
         check_proxy(proxy),
-        check_port(s.ip, s.port, hub_pids(Path(s.state_dir))),
-        check_database(s.db_url),
+        *check_ports(
+            s.ports or (HubPort("Port", s.ip, s.port, "c.JupyterHub.port"),),
+            hub_pids(Path(s.state_dir)),
+        ),
+        check_database(s.db_url, Path(s.state_dir)),
     ]
