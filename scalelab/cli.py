@@ -137,17 +137,25 @@ def _labs(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.home} is not a folder: give the home to copy the labs into")
     labs = None
     if args.from_dir:
-        labs = {p.name: p.read_bytes() for p in sorted(Path(args.from_dir).glob("*.ipynb"))}
+        try:
+            labs = {p.name: p.read_bytes() for p in sorted(Path(args.from_dir).glob("*.ipynb"))}
+        except OSError as exc:
+            raise UsageError(f"cannot read the released labs in {args.from_dir}: {exc}") from None
         if not labs:
             raise UsageError(f"{args.from_dir} holds no released notebooks (*.ipynb)")
     try:
         report = sync_labs(args.home, labs)
-    except OSError as exc:
-        raise UsageError(f"copying the labs into {args.home} stopped: {exc}") from None
+    except OSError as exc:  # the home (or disk) would not take it: one line, status 1
+        print(f"scalelab: error: copying the labs into {args.home} stopped: {exc}", file=sys.stderr)
+        return 1
     if not report.messages and not report.refused:
         print("nothing new: every lab is there already")
+    warned = set(report.warnings)  # a malformed manifest set aside, a folder named like a lab
     for message in report.messages:
-        print(message)
+        if message in warned:
+            print(f"scalelab: warning: {message}", file=sys.stderr)
+        else:
+            print(message)
     folder = args.from_dir or os.environ.get(envvars.LABS_DIR)
     for problem in report.problems:
         where = f"{folder.rstrip('/')}/" if folder else ""

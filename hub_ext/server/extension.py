@@ -2,7 +2,7 @@
 
 Enabled by the file ``etc/jupyter/jupyter_server_config.d/scalelab.json`` that the package
 installs. At server start it copies the course labs into the server's root folder (the
-student's home).
+student's home): :func:`deliver_labs`, which never makes the extension fail loading.
 """
 
 from __future__ import annotations
@@ -33,17 +33,27 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     from scalelab.hub_ext.server import notices
 
     notices.setup(serverapp)  # POST /scalelab/api/notice: warnings from the hub to the student
+    deliver_labs(serverapp.root_dir, serverapp.log)
+
+
+def deliver_labs(root_dir: str, log: Any) -> None:
+    """Copy the course labs into ``root_dir`` and log what happened, one line each, to ``log``
+    (a :class:`logging.Logger`): repairs (a malformed or lost manifest, a folder named like a
+    lab) as warnings, refused labs and a sync that stopped (full disk, ``EACCES``) as errors,
+    copies as info. Never raises: the server starts without the labs rather than not at all (a
+    bug in the sync is logged with its traceback)."""
     try:
-        report = sync_labs(serverapp.root_dir)
+        report = sync_labs(root_dir)
     except OSError as exc:
-        serverapp.log.error(
-            "ScaleLab could not copy the course labs into %s: %s", serverapp.root_dir, exc
-        )
+        log.error("ScaleLab could not copy the course labs into %s: %s", root_dir, exc)
         return
+    except Exception:  # never "extension failed loading" because of the labs
+        log.exception("ScaleLab's labs sync failed in %s; the server runs without it", root_dir)
+        return
+    for line in report.warnings:
+        log.warning("ScaleLab labs sync in %s: %s", root_dir, line)
     for problem in report.problems:
-        serverapp.log.error("ScaleLab did not deliver a course lab: %s", problem)
+        log.error("ScaleLab did not deliver a course lab: %s", problem)
     copied = report.copied + report.updated + report.beside
     if copied:
-        serverapp.log.info(
-            "ScaleLab copied the course labs into %s: %s", serverapp.root_dir, ", ".join(copied)
-        )
+        log.info("ScaleLab copied the course labs into %s: %s", root_dir, ", ".join(copied))

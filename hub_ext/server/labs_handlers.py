@@ -6,7 +6,13 @@
 server's root folder and shows its messages.
 - ``POST <base_url>scalelab/api/labs/sync``: the same, answering the
   :class:`~scalelab.hub_ext.labs.sync.SyncReport` as JSON (``copied``, ``updated``, ``beside``,
-  ``messages``); 507 with ``{"message": ...}`` when the home is full or not writable.
+  ``messages``, ``refused``, ``problems``, ``warnings``); 507 with ``{"message": ...}`` when the
+  disk or the quota is full (``ENOSPC``, ``EDQUOT``), 500 with ``{"message": ...}`` when the sync
+  stopped for another reason (a file it may not write, a bug); one line, never a traceback.
+
+Malformed state in the home (a broken ``.scalelab/labs.json``, a folder named like a lab) is no
+error: the sync repairs or goes round it and says so in ``warnings`` (and ``messages``, which the
+page shows); each of those lines also goes to the server log as a warning.
 
 JupyterLab reaches the page from its "Course" menu (``hub_ext/jupyter-config/lab-overrides.json``,
 ``help:open`` on ``/hub/user-redirect/scalelab/labs``), so no JupyterLab build is needed. Both
@@ -16,6 +22,7 @@ POSTs need the ``contents`` write permission, like saving a file.
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import json
 from pathlib import Path
@@ -42,7 +49,10 @@ _env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), 
 def lab_status(home: str) -> list[dict[str, Any]]:
     """Each bundled lab: ``name``, ``version`` delivered (0: never) and ``pending`` (bool).
 
-    Labs that a sync refuses (:func:`~scalelab.hub_ext.labs.sync.lab_problem`) are left out."""
+    Labs that a sync refuses (:func:`~scalelab.hub_ext.labs.sync.lab_problem`) are left out.
+    Reads the home's manifest through :func:`~scalelab.hub_ext.labs.sync.read_manifest`: a
+    malformed one reads as what it holds that is well-formed, and is left for the sync to set
+    aside. Raises ``OSError`` only when the released labs cannot be read."""
     labs = read_manifest(Path(home))["labs"]
     status = []
     for name, content in bundled_labs().items():
@@ -54,15 +64,39 @@ def lab_status(home: str) -> list[dict[str, Any]]:
     return status
 
 
-async def _sync(root_dir: str) -> tuple[SyncReport | None, str | None]:
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+async def _sync(root_dir: str, log: Any) -> tuple[SyncReport | None, int, str | None]:
+    """Run the sync in a thread: (report, 200, None), or (None, HTTP status, one line for the
+    student) when it stopped: 507 for a full disk or quota, 500 otherwise. Logs each of the
+    report's ``warnings`` to ``log`` as a warning, a stop as an error (with the traceback only
+    for what is not an ``OSError``: a bug)."""
     try:
-        return await asyncio.to_thread(sync_labs, root_dir), None
+        report = await asyncio.to_thread(sync_labs, root_dir)
     except OSError as exc:
-        reason = exc.strerror or str(exc)
-        return None, (
-            f"Copying the labs stopped: {reason}. Your files are complete (each is the old or the "
-            "new version); free some space in your home and try again."
+        reason = _one_line(exc.strerror or str(exc) or type(exc).__name__)
+        if exc.filename:
+            reason += f" ({exc.filename})"
+        log.error("ScaleLab could not copy the course labs into %s: %s", root_dir, reason)
+        complete = "Your files are complete (each is the old or the new version)"
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            advice, status = "free some space in your home and try again", 507
+        else:
+            advice, status = "tell your instructor what this says", 500
+        return None, status, f"Copying the labs stopped: {reason}. {complete}; {advice}."
+    except Exception as exc:  # a bug: one line for the student, the traceback in the log
+        log.exception("ScaleLab's labs sync failed in %s", root_dir)
+        failed = f"{type(exc).__name__}: {_one_line(str(exc))}"
+        message = (
+            f"Copying the labs failed: an error in ScaleLab ({failed}); none of your notebooks "
+            "was overwritten. Tell your instructor: the details are in your server's log."
         )
+        return None, 500, message
+    for line in report.warnings:
+        log.warning("ScaleLab labs sync in %s: %s", root_dir, line)
+    return report, 200, None
 
 
 class LabsPageHandler(JupyterHandler):
@@ -84,9 +118,8 @@ class LabsPageHandler(JupyterHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        report, error = await _sync(self.settings["server_root_dir"])
-        if error:
-            self.set_status(507)
+        report, status, error = await _sync(self.settings["server_root_dir"], self.log)
+        self.set_status(status)
         self.finish(self._render(report, error))
 
 
@@ -96,9 +129,9 @@ class LabsSyncAPIHandler(APIHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        report, error = await _sync(self.settings["server_root_dir"])
+        report, status, error = await _sync(self.settings["server_root_dir"], self.log)
+        self.set_status(status)
         if error:
-            self.set_status(507)
             self.finish(json.dumps({"message": error}))
         else:
             self.finish(json.dumps(report.as_dict()))
