@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -210,8 +212,18 @@ def test_doctor_run_by_root_fails_an_operator_config_others_can_read(tmp_path: P
     config = tmp_path / "hub.py"
     config.write_text("c.Authenticator.admin_users = {'ops'}\n")
     config.chmod(0o644)
-    check = check_configuration(tmp_path / "state", config_file=str(config))
-    assert check.status == FAIL and "(mode 0644)" in check.detail, check
-    assert check.fix.startswith(f"chmod 600 {config}")
-    config.chmod(0o600)
-    assert check_configuration(tmp_path / "state", config_file=str(config)).status == OK
+    # A state folder students' users can reach (its parent others may enter), as /var/lib is.
+    parent = Path(tempfile.mkdtemp(prefix="scalelab-doctor-"))
+    try:
+        parent.chmod(0o755)
+        check = check_configuration(parent / "state", config_file=str(config))
+        assert check.status == FAIL and "(mode 0644)" in check.detail, check
+        assert check.fix.startswith(f"chmod 600 {config}")
+        config.chmod(0o600)
+        assert check_configuration(parent / "state", config_file=str(config)).status == OK
+        # Under a folder others cannot enter, scalelab up runs a single-user trial: no rule.
+        config.chmod(0o644)
+        tmp_path.chmod(0o700)
+        assert check_configuration(tmp_path / "state", config_file=str(config)).status == OK
+    finally:
+        shutil.rmtree(parent)

@@ -737,21 +737,28 @@ def check_configuration(
 ) -> Check:
     """The configuration ``scalelab up`` would start the hub with: ``config_file`` compiles and
     runs, and passes the hub's own start-up validation (the same call ``scalelab up`` makes:
-    :func:`scalelab.hub_ext.hub.config_check.check_hub_config`); run by root, also that other
-    users cannot read it (:func:`scalelab.commands.state_modes.check_operator_config`), as
-    ``scalelab up`` run by root requires.
+    :func:`scalelab.hub_ext.hub.config_check.check_hub_config`); run by root, where students
+    would get system users (ScaleLab and the state folder reachable by other users), also that
+    other users cannot read it (:func:`scalelab.commands.state_modes.check_operator_config`), as
+    ``scalelab up`` then requires.
 
     Raises
     ------
     FileNotFoundError
         ``config_file`` does not exist.
     """
+    from scalelab.commands.identity import blocked_for_others, install_paths
     from scalelab.commands.state_modes import check_operator_config
     from scalelab.hub_ext.hub.config_check import ConfigProblem, check_hub_config
 
     state_dir = state_dir.expanduser().resolve()
-    problem = check_operator_config(config_file) if config_file and os.geteuid() == 0 else None
-    if problem:  # scalelab up run by root gives students system users, and refuses the file
+    problem = None
+    if config_file and os.geteuid() == 0:
+        # Run by root, scalelab up gives students system users (if they can reach ScaleLab and
+        # the state folder), and then refuses a config file they could read.
+        reachable = blocked_for_others([*install_paths(), state_dir.parent]) is None
+        problem = check_operator_config(config_file) if reachable else None
+    if problem:
         return Check(
             "Configuration",
             FAIL,

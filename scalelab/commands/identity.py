@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import stat
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,17 @@ def choose_identity(
             f"{why}: {fix}, or accept one shared identity with --shared-identity."
         )
     return Identity(False, trial)
+
+
+def install_paths() -> list[Path]:
+    """The folders of this ScaleLab a student's system user must reach to run it: the Python
+    environment, its interpreter's real folder, and the ``scalelab`` package (an editable install
+    lives in its checkout)."""
+    return [
+        Path(sys.prefix),
+        Path(sys.executable).resolve().parent,
+        Path(__file__).resolve().parents[1],
+    ]
 
 
 def blocked_for_others(paths: Iterable[Path]) -> str | None:

@@ -36,7 +36,12 @@ import psutil
 
 from scalelab import envvars
 from scalelab.commands.errors import UpError
-from scalelab.commands.identity import Identity, blocked_for_others, choose_identity
+from scalelab.commands.identity import (
+    Identity,
+    blocked_for_others,
+    choose_identity,
+    install_paths,
+)
 from scalelab.commands.state_files import StateFolder, default_state_dir, default_store_url
 from scalelab.commands.state_modes import HUB_UMASK, check_operator_config, protect_state
 from scalelab.commands.up_config import (
@@ -468,9 +473,7 @@ def decide_identity(files: StateFolder, settings: UpSettings, shared_identity: b
         store = local_store_root(settings.store_url)
         blocked = blocked_for_others(
             [
-                Path(sys.prefix),
-                Path(sys.executable).resolve().parent,
-                Path(__file__).resolve().parents[1],  # the scalelab package (an editable install)
+                *install_paths(),
                 files.homes,
                 files.kernelspecs,
                 *([store] if store is not None else []),
