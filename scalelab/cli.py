@@ -1,7 +1,8 @@
 """The ``scalelab`` command: ``up``, ``data fetch``, ``kernels install``, ``doctor``.
 
 Errors that a user can fix are printed as one line, ``scalelab: error: ...``, with exit status 2
-(bad usage or configuration) or 1 (a data set could not be fetched); never a traceback.
+(bad usage or configuration) or 1 (a data set could not be fetched, a labs sync stopped);
+never a traceback.
 """
 
 from __future__ import annotations
