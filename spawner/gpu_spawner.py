@@ -40,9 +40,9 @@ from jupyterhub.spawner import Spawner, SpawnException
 from tornado import web
 from traitlets import Dict, Float, List, Type, Unicode, default
 from traitlets.config import Config
-from traitlets.utils.importstring import import_item
 
 from scalelab import envvars
+from scalelab.common.classsetting import configured_class
 from scalelab.kernels.spark_defaults import DEFAULT_DRIVER_MEMORY_CHOICES
 from scalelab.spawner.allocator import GPUAllocator, RequestWithdrawn
 from scalelab.spawner.gpu_pool import PLACEHOLDER_GRACE_S, GPUPool
@@ -84,15 +84,7 @@ DEFAULT_PROFILES = [
 def _imported_source(value: Any, where: str) -> type[GPUSource] | None:
     """The GPU source class a ``gpu_source_class`` setting names (a class or an import path),
     or None when unset."""
-    if value is None:
-        return None
-    try:
-        cls = import_item(value) if isinstance(value, str) else value
-    except (ImportError, ValueError) as exc:
-        raise ValueError(f"{where} = {value!r} cannot be imported: {exc}") from None
-    if not (isinstance(cls, type) and issubclass(cls, GPUSource)):
-        raise ValueError(f"{where} = {value!r} is not a scalelab.spawner.gpu_source.GPUSource")
-    return cls
+    return configured_class(value, GPUSource, where)
 
 
 def check_spawn_settings(config: Config, settings: Mapping[str, Any], where: str) -> None:

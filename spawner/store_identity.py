@@ -33,8 +33,8 @@ from urllib.parse import urlsplit
 from jupyterhub.spawner import SpawnException
 from traitlets import Enum, Unicode
 from traitlets.config import LoggingConfigurable
-from traitlets.utils.importstring import import_item
 
+from scalelab.common.classsetting import configured_class
 from scalelab.common.strictconfig import StrictConfigurable
 from scalelab.store.access.guard import DATASETS, HOMES
 
@@ -192,18 +192,12 @@ def identity_class(value: Any, where: str) -> type[StoreIdentity] | None:
     ValueError
         It cannot be imported, or is not a :class:`StoreIdentity`; the message names ``where``.
     """
-    if value is None:
-        return None
-    try:
-        cls = import_item(value) if isinstance(value, str) else value
-    except (ImportError, ValueError) as exc:
-        raise ValueError(f"{where} = {value!r} cannot be imported: {exc}") from None
-    if not (isinstance(cls, type) and issubclass(cls, StoreIdentity)):
-        raise ValueError(
-            f"{where} = {value!r} is not a scalelab.spawner.store_identity.StoreIdentity; use "
-            "SharedStoreIdentity, S3KeyFile or HDFSUserIdentity from that module"
-        )
-    return cls
+    return configured_class(
+        value,
+        StoreIdentity,
+        where,
+        "; use SharedStoreIdentity, S3KeyFile or HDFSUserIdentity from that module",
+    )
 
 
 class StoreIdentity(StrictConfigurable, LoggingConfigurable):

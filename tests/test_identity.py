@@ -188,7 +188,7 @@ def test_with_system_users_the_server_is_never_root_nor_shares_the_hubs_log_fold
 @pytest.mark.integration
 @pytest.mark.skipif(os.geteuid() != 0, reason="the root path of scalelab up: needs root (CI)")
 def test_up_as_root_with_an_unreachable_state_folder_refuses_other_machines(tmp_path: Path):
-    # pytest's tmp_path lies in /tmp/pytest-of-root (0700): no student's user could enter it.
+    # pytest's tmp_path lies in its own 0700 folder: no student's user could enter it.
     argv = [
         sys.executable, "-m", "scalelab", "up", "--state-dir", str(tmp_path / "state"),
         "--port", str(free_port()), "--ip", "0.0.0.0",

@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import pwd
 import shutil
 import stat
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,24 +29,11 @@ import psutil
 import pytest
 import requests
 
-from scalelab.commands.identity import blocked_for_others
-from scalelab.spawner.system_users import COMMENT, NO_LOGIN
+from scalelab.spawner.system_users import NO_LOGIN
 from tests.hubproc import ScaleLabUp, execute, server_process
+from tests.sysusers import MARKS, remove_users
 
-#: A folder of this checkout or its Python that other users cannot enter (a clone under /root):
-#: then no student's user could run ScaleLab, and scalelab up runs a single-user trial instead.
-BLOCKED = blocked_for_others(
-    [Path(sys.prefix), Path(sys.executable).resolve().parent, Path(__file__).resolve().parents[1]]
-)
-
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0, reason="makes system users: needs root (CI is root)"),
-    pytest.mark.skipif(
-        BLOCKED is not None,
-        reason=f"students' users cannot run this checkout's Python: {BLOCKED}; clone elsewhere",
-    ),
-]
+pytestmark = MARKS
 
 STUDENTS = ("alice", "bob")
 SECRET = "bob's secret answer 42"
@@ -119,20 +103,9 @@ print(json.dumps({{"outcome": outcome, "allowed": allowed, "detail": detail}}))
 """
 
 
-def _remove_users() -> None:
-    for user in STUDENTS:
-        name = f"jupyter-{user}"
-        try:
-            entry = pwd.getpwnam(name)
-        except KeyError:
-            continue
-        assert entry.pw_gecos.startswith(COMMENT), f"{name} exists and is not ScaleLab's"
-        subprocess.run(["userdel", name], check=False, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def hub() -> Iterator[ScaleLabUp]:
-    _remove_users()
+    remove_users(STUDENTS)
     # Not pytest's tmp_path: its /tmp/pytest-of-root is 0700, which the students' users cannot
     # enter (scalelab up would then run a single-user trial, see test_identity.py).
     base = Path(tempfile.mkdtemp(prefix="scalelab-isolation-"))
@@ -149,7 +122,7 @@ def hub() -> Iterator[ScaleLabUp]:
         assert left == [], f"processes of the students' users outlived the hub: {left}"
     finally:
         up.kill()
-        _remove_users()
+        remove_users(STUDENTS)
         shutil.rmtree(base, ignore_errors=True)
 
 

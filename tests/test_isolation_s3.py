@@ -38,11 +38,8 @@ users it makes are removed at the end. One hub and one SeaweedFS for the module.
 from __future__ import annotations
 
 import json
-import os
 import pwd
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,27 +48,13 @@ import psutil
 import pytest
 import s3fs
 
-from scalelab.commands.identity import blocked_for_others
 from scalelab.hub_ext.server.store_drive import drive_id
 from scalelab.spawner.store_identity import seaweedfs_actions
-from scalelab.spawner.system_users import COMMENT
 from tests.hubproc import ScaleLabUp, execute, server_process
 from tests.seaweed import ADMIN, SeaweedS3
+from tests.sysusers import MARKS, remove_users
 
-#: A folder of this checkout or its Python that other users cannot enter (a clone under /root):
-#: then no student's user could run ScaleLab, and scalelab up runs a single-user trial instead.
-BLOCKED = blocked_for_others(
-    [Path(sys.prefix), Path(sys.executable).resolve().parent, Path(__file__).resolve().parents[1]]
-)
-
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0, reason="makes system users: needs root (CI is root)"),
-    pytest.mark.skipif(
-        BLOCKED is not None,
-        reason=f"students' users cannot run this checkout's Python: {BLOCKED}; clone elsewhere",
-    ),
-]
+pytestmark = MARKS
 
 STORE = "s3://course"
 BUCKET = "course"
@@ -189,17 +172,6 @@ print(json.dumps({{
 """
 
 
-def _remove_users() -> None:
-    for user in KEYS:
-        name = f"jupyter-{user}"
-        try:
-            entry = pwd.getpwnam(name)
-        except KeyError:
-            continue
-        assert entry.pw_gecos.startswith(COMMENT), f"{name} exists and is not ScaleLab's"
-        subprocess.run(["userdel", name], check=False, capture_output=True)
-
-
 def _admin(s3: SeaweedS3) -> s3fs.S3FileSystem:
     return s3fs.S3FileSystem(skip_instance_cache=True, **s3.options(*ADMIN))
 
@@ -238,7 +210,7 @@ def s3(base: Path) -> Iterator[SeaweedS3]:
 def hub(base: Path, s3: SeaweedS3) -> Iterator[ScaleLabUp]:
     """``scalelab up`` as root on the S3 store, each server with its student's own key; alice's
     and bob's servers running."""
-    _remove_users()
+    remove_users(KEYS)
     key_file = base / "store-keys.json"
     key_file.touch(mode=0o600)
     key_file.write_text(json.dumps({u: {"key": k, "secret": s} for u, (k, s) in KEYS.items()}))
@@ -259,7 +231,7 @@ def hub(base: Path, s3: SeaweedS3) -> Iterator[ScaleLabUp]:
         assert up.interrupt() == 0
     finally:
         up.kill()
-        _remove_users()
+        remove_users(KEYS)
 
 
 def _bobs_objects_unchanged(s3: SeaweedS3) -> None:

@@ -468,7 +468,8 @@ def decide_identity(files: StateFolder, settings: UpSettings, shared_identity: b
     """
     euid = os.geteuid()
     blocked = None
-    if euid == 0 and not shared_identity:
+    opened = euid == 0 and not shared_identity
+    if opened:
         protect(files, settings, system_users=True)
         store = local_store_root(settings.store_url)
         blocked = blocked_for_others(
@@ -488,7 +489,8 @@ def decide_identity(files: StateFolder, settings: UpSettings, shared_identity: b
             blocked=blocked,
         )
     finally:  # refused or not: the state folder is closed again unless students need it open
-        protect(files, settings, system_users=blocked is None and euid == 0 and not shared_identity)
+        if not (opened and blocked is None):
+            protect(files, settings, system_users=False)
     return identity
 
 
