@@ -88,6 +88,8 @@ def test_sqlite_full_database_is_a_full_disk():
 def test_sizes_read_as_people_write_them():
     assert format_bytes(512) == "512 B"
     assert format_bytes(1025) == "2 KiB"
+    assert format_bytes(1_248_115) == "1.2 MiB"
+    assert format_bytes(1024**2 + 1) == "1.1 MiB"
     assert format_bytes(12 * 1024**2) == "12 MiB"
     assert format_bytes(12 * 1024**2 + 1) == "13 MiB"
     assert format_bytes(2 * 1024**3) == "2.0 GiB"
@@ -106,8 +108,8 @@ def test_the_message_names_the_disk_its_sizes_and_the_fix_on_a_real_tmpfs(tmp_pa
         free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
     assert "\n" not in message
     assert message.startswith(f"The disk holding {target} (mount {disk}, ")
-    assert f"{format_bytes(free)} free of 1 MiB" in message
-    assert f"needs {format_bytes(5 * 1024**2 - free)} more (5 MiB in all)" in message
+    assert f"{format_bytes(free)} free of 1.0 MiB" in message
+    assert f"needs {format_bytes(5 * 1024**2 - free)} more (5.0 MiB in all)" in message
     assert "Free space there, or ask the operators" in message
 
 

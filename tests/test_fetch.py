@@ -3,14 +3,19 @@ corrupt file with nothing half-written, Debian's re-headered gzip files, and ide
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from scalelab.common.diskspace import format_bytes
 from scalelab.store import (
     ChecksumError,
     DataSourceError,
@@ -19,6 +24,8 @@ from scalelab.store import (
     open_store,
 )
 from scalelab.store.datasets.catalog import FASHION_MNIST, MILLIONSONG
+from scalelab.store.errors import StoreFullError, StoreUnavailableError, store_failure
+from tests.test_diskspace import tmpfs
 
 
 def _tree(root: Path) -> dict[str, int]:
@@ -152,3 +159,74 @@ def test_bytes_flipped_inside_a_gzip_stream_are_refused_not_a_crash(tmp_path: Pa
     ):
         fetch_dataset(FASHION_MNIST, fs, mirror=mirror, log=lambda _: None, download=False)
     assert list((tmp_path / "store").rglob("*")) == []
+
+
+def _fetch_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``scalelab data fetch millionsong`` from the shared mirror, as a user runs it."""
+    command = [sys.executable, "-m", "scalelab", "data", "fetch", "millionsong", "--no-download"]
+    return subprocess.run(
+        [*command, *args], capture_output=True, text=True, timeout=120, env=env, check=False
+    )
+
+
+def test_a_full_store_disk_names_the_disk_and_what_the_fetch_needs(
+    tmp_path: Path, shared_data: Path
+):
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        store = disk / "course"
+        result = _fetch_cli("--mirror", str(shared_data), "--store", str(store))
+        error = result.stderr.strip()
+        assert result.returncode == 1, result.stderr
+        assert "\n" not in error and "Traceback" not in error
+        assert error.startswith(
+            f"scalelab: error: fetching millionsong stopped: The disk holding "
+            f"{store}/datasets/millionsong (mount {disk}, "
+        )
+        assert "Free space there" in error and "cannot be read" not in error
+        assert [p.name for p in store.rglob("*")] == ["datasets"]  # no staging, no half data set
+        assert missing_datasets(open_store(str(store))) == ["fashion-mnist", "millionsong"]
+        subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)
+        rerun = _fetch_cli("--mirror", str(shared_data), "--store", str(store))
+        assert rerun.returncode == 0, rerun.stderr
+        assert missing_datasets(open_store(str(store))) == ["fashion-mnist"]
+        needed = sum(p.stat().st_size for p in (store / "datasets").rglob("*") if p.is_file())
+    # What the fetch said it needs is what the data set took once there was room.
+    free = 1024**2  # the empty 1 MiB tmpfs
+    more, total = format_bytes(needed - free), format_bytes(needed)
+    told = f"is full: this needs {more} more ({total} in all)."
+    assert told in error, error
+
+
+def test_a_full_staging_disk_is_named_not_blamed_on_the_sources(tmp_path: Path, shared_data: Path):
+    store = tmp_path / "store"
+    with tmpfs(tmp_path / "tmp", "256k") as staging:
+        result = _fetch_cli(
+            "--mirror",
+            str(shared_data),
+            "--store",
+            str(store),
+            env={**os.environ, "TMPDIR": str(staging)},
+        )
+        assert list(staging.iterdir()) == []
+    error = result.stderr.strip()
+    assert result.returncode == 1, result.stderr
+    assert "\n" not in error and "Traceback" not in error
+    assert "fetching millionsong stopped before the store: The disk holding " in error
+    assert f"{staging}/scalelab-millionsong-" in error and f"(mount {staging}, " in error
+    assert "its originals are 1.2 MiB, plus their Parquet shards" in error
+    assert "set TMPDIR to a folder on a bigger disk. Nothing was written to the store." in error
+    assert "no source could deliver" not in error
+    assert missing_datasets(open_store(str(store))) == ["fashion-mnist", "millionsong"]
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
+def test_no_full_disk_is_reported_as_an_unreadable_store(tmp_path: Path, code: int):
+    # Any store call: the destination named by the OSError is the disk told.
+    target = tmp_path / "store" / "datasets" / "x.parquet"
+    exc = OSError(code, os.strerror(code), "/tmp/source", None, str(target))
+    failure = store_failure(tmp_path.as_uri(), exc)
+    assert isinstance(failure, StoreFullError)
+    assert "cannot be read" not in str(failure) and "reachable" not in str(failure)
+    assert f"The disk holding {target} (mount " in str(failure)
+    remote = store_failure("s3://bucket/course", RuntimeError("upload"))
+    assert isinstance(remote, StoreUnavailableError)  # not a full disk: unchanged

@@ -52,12 +52,15 @@ def mount_point(path: str | os.PathLike[str]) -> str:
 
 
 def format_bytes(count: int) -> str:
-    """``count`` bytes as a short size for people: ``"512 B"``, ``"340 KiB"``, ``"12 MiB"``,
-    ``"2.0 GiB"`` (binary units; KiB and MiB rounded up, so "0 MiB" never means "some")."""
+    """``count`` bytes as a short size for people: ``"512 B"``, ``"340 KiB"``, ``"1.2 MiB"``,
+    ``"12 MiB"``, ``"2.0 GiB"`` (binary units; KiB and MiB rounded up, so a size is never shown
+    as less than it is; one decimal below 10 MiB)."""
     if count < 1024:
         return f"{count} B"
     if count < 1024**2:
         return f"{-(-count // 1024)} KiB"
+    if count < 10 * 1024**2:
+        return f"{-(-count * 10 // 1024**2) / 10:.1f} MiB"
     if count < 1024**3:
         return f"{-(-count // 1024**2)} MiB"
     return f"{count / 1024**3:.1f} GiB"

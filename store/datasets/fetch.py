@@ -40,10 +40,17 @@ from fsspec.asyn import sync
 from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
+from scalelab.common.diskspace import format_bytes, full_disk_message, is_disk_full
 from scalelab.store.datasets.catalog import DATASETS, DatasetSpec, FileSpec
 from scalelab.store.datasets.csvtable import convert_csv_zip
 from scalelab.store.datasets.shards import CONVERTERS, iter_files
-from scalelab.store.errors import ChecksumError, ContentCheckError, DataSourceError
+from scalelab.store.errors import (
+    ChecksumError,
+    ContentCheckError,
+    DataSourceError,
+    StoreFullError,
+    full_disk_failure,
+)
 
 #: Name of the file that marks a complete data set in the store.
 MANIFEST = "MANIFEST.json"
@@ -165,6 +172,9 @@ def obtain(
         the file and the source.
     DataSourceError
         No source had the file; the message lists each source tried and why it failed.
+    OSError
+        ``dest``'s disk or quota is full (ENOSPC, EDQUOT): no other source is tried, since
+        none would fit either; ``dest`` is removed.
     """
     tried = []
     for source, location in _sources(spec, file, mirror, download):
@@ -179,6 +189,8 @@ def obtain(
                 continue
         except (OSError, urllib.error.URLError) as exc:
             dest.unlink(missing_ok=True)
+            if is_disk_full(exc):
+                raise
             tried.append(f"{source}: {location} failed ({exc})")
             continue
         try:
@@ -347,6 +359,35 @@ def _clean_stale(fs: AbstractFileSystem, spec: DatasetSpec, log: Callable[[str],
         remove_tree(fs, target)
 
 
+def _staging_full(spec: DatasetSpec, root: Path) -> StoreFullError:
+    """The local staging folder ``root`` filled up while ``spec`` was obtained or converted."""
+    known = [file.size for file in spec.files if file.size is not None]
+    originals = f"its originals are {format_bytes(sum(known))}" if known else "its originals"
+    return StoreFullError(
+        f"fetching {spec.name} stopped before the store: {full_disk_message(root)} The fetch "
+        f"stages the data set there first ({originals}, plus their Parquet shards); set TMPDIR "
+        "to a folder on a bigger disk. Nothing was written to the store."
+    )
+
+
+def _store_full(
+    fs: AbstractFileSystem, spec: DatasetSpec, root: Path, manifest: dict, exc: BaseException
+) -> StoreFullError:
+    """The store's disk filled up while ``spec``, staged under ``root``, was published; the
+    publishing step has removed what it wrote."""
+    needed = sum((root / rel).stat().st_size for rel in iter_files(root))
+    needed += len(_manifest_bytes(manifest))
+    base = fs.fs if isinstance(fs, DirFileSystem) else fs
+    root_path = fs.path if isinstance(fs, DirFileSystem) else ""
+    target = None
+    if isinstance(base, LocalFileSystem):
+        target = f"{root_path.rstrip('/')}/{dataset_dir(spec)}" if root_path else dataset_dir(spec)
+    failure = full_disk_failure(
+        root_path, exc, path=target, needed_bytes=needed, doing=f"fetching {spec.name}"
+    )
+    return StoreFullError(f"{failure} Nothing of {spec.name} was left in the store.")
+
+
 def fetch_dataset(
     spec: DatasetSpec,
     fs: AbstractFileSystem,
@@ -378,6 +419,11 @@ def fetch_dataset(
     ------
     ChecksumError, ContentCheckError, DataSourceError
         A file was refused or could not be had; the store is left as it was.
+    StoreFullError
+        A disk or quota filled up (ENOSPC, EDQUOT): the local staging folder (``TMPDIR``) or the
+        store's. The message names the disk, its free and total space and, for the store, how
+        much more the data set needs; the data set is left out of the store (no manifest, no
+        files of this fetch).
     """
     if is_present(fs, spec):
         log(f"{spec.name}: already in the store at {dataset_dir(spec)}/, nothing to do")
@@ -387,12 +433,17 @@ def fetch_dataset(
     mirror_path = Path(mirror) if mirror else None
     with tempfile.TemporaryDirectory(prefix=f"scalelab-{spec.name}-") as tmp:
         root = Path(tmp)
-        (root / "raw").mkdir()
-        origins = {
-            file.name: obtain(spec, file, root / "raw" / file.name, mirror_path, log, download)
-            for file in spec.files
-        }
-        rows = convert(spec, root, origins)
+        try:
+            (root / "raw").mkdir()
+            origins = {
+                file.name: obtain(spec, file, root / "raw" / file.name, mirror_path, log, download)
+                for file in spec.files
+            }
+            rows = convert(spec, root, origins)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            raise _staging_full(spec, root) from exc
         files = {rel.as_posix(): sha256_file(root / rel) for rel in iter_files(root)}
         manifest = {
             "dataset": spec.name,
@@ -401,7 +452,12 @@ def fetch_dataset(
             "files": files,
         }
         publish = _publish_by_rename if renames_atomically(fs) else _publish_manifest_last
-        publish(fs, root, dataset_dir(spec), manifest)
+        try:
+            publish(fs, root, dataset_dir(spec), manifest)
+        except Exception as exc:
+            if not is_disk_full(exc):
+                raise
+            raise _store_full(fs, spec, root, manifest, exc) from exc
     log(
         f"{spec.name}: written to {dataset_dir(spec)}/ ("
         + ", ".join(f"{split}: {count} rows" for split, count in rows.items())
