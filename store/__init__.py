@@ -2,7 +2,8 @@
 
 Public API (``scalelab.store``):
 
-- :func:`open_store` -- an fsspec file system rooted at the course store;
+- :func:`open_store` -- an fsspec file system rooted at the course store
+  (:class:`StoreFileSystem`, which keeps a trailing ``/`` as fsspec's own file systems do);
 - :func:`student_store` -- a student's part of it: ``home/<user>`` read-write, ``datasets/``
   read-only (also the JupyterLab drive, protocol ``scalelab://``);
 - :func:`check_store` -- the cheap up-front check a kernel runs at start;
@@ -47,7 +48,14 @@ _PUBLIC = {
     ),
     "check_store": "scalelab.store.access.check",
     **dict.fromkeys(
-        ["ENV_STORE_OPTIONS", "ENV_STORE_URL", "open_store", "store_settings", "store_url"],
+        [
+            "ENV_STORE_OPTIONS",
+            "ENV_STORE_URL",
+            "StoreFileSystem",
+            "open_store",
+            "store_settings",
+            "store_url",
+        ],
         "scalelab.store.access.fs",
     ),
     **dict.fromkeys(["StudentStore", "student_store"], "scalelab.store.access.student"),

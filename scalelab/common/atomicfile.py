@@ -3,21 +3,69 @@
 A reader (or a crash) sees the old file or the new one, never half of it, because a rename
 within one folder is atomic on POSIX file systems. Every ScaleLab file that another process
 reads while it may be rewritten goes through here: the saved GPU queue, notices, released and
-delivered labs, sparkmagic's configuration, the store's local cache.
+delivered labs, sparkmagic's configuration, the store's local cache, and the student's writes
+to a local course store (:mod:`scalelab.store.access.student`).
+
+Every temporary file is named ``.<name>.scalelab-<8 hex digits>.part`` (:func:`part_path`,
+:func:`is_part_name`), so listings can leave exactly these out, and a rewrite keeps the mode of
+the file it replaces (and its owner and group where the process may set them: run as root).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import re
+import secrets
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+#: The names :func:`part_path` gives: ``.<name>.scalelab-<8 lowercase hex digits>.part``.
+PART_NAME = re.compile(r"\..+\.scalelab-[0-9a-f]{8}\.part")
+
+
+def part_path(target: str | Path) -> Path:
+    """A new temporary path beside ``target``: ``.<name>.scalelab-<8 hex digits>.part`` (pure,
+    not created)."""
+    target = Path(target)
+    return target.with_name(f".{target.name}.scalelab-{secrets.token_hex(4)}.part")
+
+
+def is_part_name(name: str) -> bool:
+    """Whether the file name ``name`` (no folder) is one of :func:`part_path`'s (pure)."""
+    return PART_NAME.fullmatch(name) is not None
+
+
+def publish(part: str | Path, target: str | Path) -> None:
+    """Rename ``part`` over ``target`` (``os.replace``), keeping an existing ``target``'s mode.
+
+    When ``target`` is a regular file, ``part`` first gets its permission bits and, where the
+    process may set them (run as root), its owner and group; otherwise ``part`` keeps its own
+    (a new file). A link at ``target`` is replaced, not followed: a caller that writes through
+    links resolves them first.
+
+    Raises
+    ------
+    OSError
+        The rename (or the chmod) failed; ``part`` is left for the caller to remove.
+    """
+    try:
+        old = os.stat(target, follow_symlinks=False)
+    except FileNotFoundError:
+        old = None
+    if old is not None and stat.S_ISREG(old.st_mode):
+        new = os.stat(part)
+        if (new.st_uid, new.st_gid) != (old.st_uid, old.st_gid):
+            with contextlib.suppress(PermissionError):  # not root: the part stays the writer's
+                os.chown(part, old.st_uid, old.st_gid)
+        os.chmod(part, stat.S_IMODE(old.st_mode))  # after chown, which clears set-id bits
+    os.replace(part, target)
+
 
 def stage_file(target: str | Path, content: bytes | str) -> Path:
-    """Write ``content`` (flushed and fsynced) to a hidden ``.<name>.*.part`` file beside
-    ``target``, to be renamed over it later.
+    """Write ``content`` (flushed and fsynced) to a hidden :func:`part_path` file beside
+    ``target`` (mode 0600), to be renamed over it later (:func:`publish`).
 
     Parameters
     ----------
@@ -29,7 +77,7 @@ def stage_file(target: str | Path, content: bytes | str) -> Path:
     Returns
     -------
     pathlib.Path
-        The temporary file; the caller renames it (``os.replace``) or removes it.
+        The temporary file; the caller renames it (:func:`publish`) or removes it.
 
     Raises
     ------
@@ -38,7 +86,8 @@ def stage_file(target: str | Path, content: bytes | str) -> Path:
     """
     target = Path(target)
     data = content.encode() if isinstance(content, str) else content
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    tmp = part_path(target)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
@@ -47,11 +96,13 @@ def stage_file(target: str | Path, content: bytes | str) -> Path:
     except BaseException:
         os.unlink(tmp)
         raise
-    return Path(tmp)
+    return tmp
 
 
 def write_atomic(target: str | Path, content: bytes | str) -> None:
     """Replace ``target`` with ``content`` atomically (bytes, or text as UTF-8).
+
+    A rewrite keeps the old file's mode (:func:`publish`); a new file is 0600.
 
     Raises
     ------
@@ -61,7 +112,7 @@ def write_atomic(target: str | Path, content: bytes | str) -> None:
     """
     tmp = stage_file(target, content)
     try:
-        os.replace(tmp, target)
+        publish(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -70,17 +121,17 @@ def write_atomic(target: str | Path, content: bytes | str) -> None:
 @contextlib.contextmanager
 def replacing(target: str | Path) -> Iterator[Path]:
     """A temporary path beside ``target`` for a writer that needs a path (a download); renamed
-    over ``target`` when the block ends without an exception, removed when it raises.
+    over ``target`` (:func:`publish`) when the block ends without an exception, removed when it
+    raises.
 
     Yields
     ------
     pathlib.Path
-        A hidden ``.<name>.<pid>.part`` path in ``target``'s folder (not created).
+        A hidden :func:`part_path` path in ``target``'s folder (not created).
     """
-    target = Path(target)
-    part = target.with_name(f".{target.name}.{os.getpid()}.part")
+    part = part_path(target)
     try:
         yield part
-        os.replace(part, target)
+        publish(part, target)
     finally:
         part.unlink(missing_ok=True)

@@ -85,9 +85,26 @@ def store_options_from_env(environ: Mapping[str, str] | None = None) -> dict[str
     return options
 
 
+class StoreFileSystem(DirFileSystem):
+    """fsspec's ``DirFileSystem`` that keeps a path's trailing ``/`` when it hands the path on.
+
+    fsspec's generic ``cp``, ``get`` and ``put`` read a trailing ``/`` on the destination (or a
+    source folder) as "into this folder"; ``DirFileSystem`` strips it before the wrapped file
+    system sees it, so ``cp("a.txt", "new/")`` made a file named ``new`` and
+    ``get("dir/", "out/", recursive=True)`` made ``out/dir/`` (fsspec issue #1851). Here the
+    wrapped file system gets ``<root>/new/`` and does what it does for its own paths.
+    """
+
+    def _join(self, path: Any) -> Any:
+        joined = super()._join(path)  # lists and dicts come back through here, one path each
+        if isinstance(path, str) and path.endswith("/") and not joined.endswith(self.fs.sep):
+            return joined + self.fs.sep
+        return joined
+
+
 def open_store(
     url: str | None = None, storage_options: Mapping[str, Any] | None = None
-) -> DirFileSystem:
+) -> StoreFileSystem:
     """Open the course store as an fsspec file system whose paths are relative to the store root.
 
     Parameters
@@ -100,7 +117,9 @@ def open_store(
 
     Returns
     -------
-    fsspec.implementations.dirfs.DirFileSystem
+    StoreFileSystem
+        A ``DirFileSystem`` that keeps trailing ``/`` (``cp``, ``get`` and ``put`` into
+        ``"dir/"`` act as on the store's own file system);
         ``fs.open("datasets/millionsong/raw/millionsong.txt")`` opens that file in the store.
         A local (``file://``) store's root folder is created if missing, and writing a file
         creates its parent folders, as on an object store.
@@ -115,7 +134,7 @@ def open_store(
         url, env_options = store_settings()
         storage_options = {**env_options, **(storage_options or {})}
     fs, root = open_target(url, storage_options)
-    return DirFileSystem(path=root, fs=fs, skip_instance_cache=True)
+    return StoreFileSystem(path=root, fs=fs, skip_instance_cache=True)
 
 
 def open_target(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
+from scalelab.common.atomicfile import is_part_name
 from scalelab.store.errors import StoreAccessError, StoreConfigError
 
 #: The folder of the store that holds the students' homes.
@@ -152,12 +153,16 @@ class StoreView:
         return "/".join(parts)
 
     def visible(self, path: str) -> bool:
-        """Whether a path found by a listing (relative to the store root) may be shown."""
+        """Whether a path found by a listing (relative to the store root) may be shown.
+
+        ScaleLab's own temporary files (``.<name>.scalelab-<8 hex digits>.part``, left by a
+        write that was never closed) are not shown, though they may be read.
+        """
         try:
             parts = split_path(path)
         except StoreAccessError:
             return False
-        return bool(parts) and self.readable(parts)
+        return bool(parts) and self.readable(parts) and not is_part_name(parts[-1])
 
     def check_target(self, root: str, target: str, path: str, write: bool = False) -> None:
         """Refuse a local path whose real location (symlinks resolved) leaves the allowed roots.

@@ -14,7 +14,13 @@ top of fsspec:
 
 - a write to a local store goes to a temporary file beside the target, renamed over it only when
   the file is closed without error, so a failed or interrupted write leaves the old file (or
-  none), never half of one; object stores (S3, HDFS) publish a file only on close anyway;
+  none), never half of one; object stores (S3, HDFS) publish a file only on close anyway. A
+  rewrite keeps the file's mode (and, run as root, its owner and group); a write through a link
+  in the home writes the link's target, which must be in the home. A file dropped without
+  ``close`` is discarded when collected, and the temporary file of one that never got there (the
+  process killed) is left out of every listing (``scalelab.common.atomicfile.is_part_name``);
+- ``created`` is never later than ``mtime`` (a rename changes a file's change time, which
+  fsspec's local ``created`` is): the birth time where the platform has one, else the earlier;
 - a store that cannot be reached (endpoint or namenode down, local root unmounted) raises
   :class:`~scalelab.store.errors.StoreUnavailableError`, naming the setting to check, instead of
   a back end's own exception.
@@ -22,18 +28,21 @@ top of fsspec:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
-import secrets
 import socket
+import weakref
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import fsspec
 from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.spec import AbstractBufferedFile
 
+from scalelab.common.atomicfile import part_path, publish
 from scalelab.store.access import walkguard
 from scalelab.store.access.fs import _is_local, open_target, store_settings
 from scalelab.store.access.guard import StoreView
@@ -109,7 +118,7 @@ _UNREACHABLE_TEXT = (
 READ, WRITE, GLOB = "read", "write", "glob"
 _METHODS: dict[str, tuple[tuple[int, str, str], ...]] = {
     **dict.fromkeys(
-        "cat_file ukey checksum created modified sign walk find du".split(),
+        "cat_file ukey checksum modified sign walk find du".split(),
         ((0, "path", READ),),
     ),
     **dict.fromkeys("glob expand_path cat".split(), ((0, "path", GLOB),)),
@@ -213,8 +222,11 @@ class StudentStore(DirFileSystem):
             stripped = self._strip_protocol(p)
             norm = self.view.check(walkguard.fixed_part(stripped) if pattern else stripped, write)
             if self.local:
-                target = os.path.realpath(os.path.join(self._real_root, norm))
-                self.view.check_target(self._real_root, target, p, write=write)
+                self.view.check_target(self._real_root, self._real_path(norm), p, write=write)
+
+    def _real_path(self, norm: str) -> str:
+        """Where the normalised ``norm`` is on a local store's disk, symlinks resolved."""
+        return os.path.realpath(os.path.join(self._real_root, norm))
 
     def _unavailable(self, exc: BaseException) -> StoreUnavailableError | None:
         gone = self.local and not os.path.isdir(self._real_root)
@@ -263,7 +275,8 @@ class StudentStore(DirFileSystem):
                 raise
             return []
         name = (lambda e: e["name"]) if detail else (lambda e: e)
-        return [e for e in out if self.view.visible(name(e)) and self._inside(name(e))]
+        shown = [e for e in out if self.view.visible(name(e)) and self._inside(name(e))]
+        return [self._created_first(e) for e in shown] if detail else shown
 
     def _view_folder(self, path: Any) -> str | None:
         """``path`` normalised when it is one of the view's folders (the root, ``home``,
@@ -284,7 +297,9 @@ class StudentStore(DirFileSystem):
             real = self._call(lambda: DirFileSystem.info(self, path))
         except FileNotFoundError:
             return info
-        return {**real, "name": path} if real.get("type") == "directory" else info
+        if real.get("type") != "directory":
+            return info
+        return self._created_first({**real, "name": path})
 
     def _inside(self, path: str) -> bool:
         """False for a listed entry that is a link leaving the allowed roots (left out)."""
@@ -303,7 +318,33 @@ class StudentStore(DirFileSystem):
         folder = self._view_folder(path)
         if folder is not None:
             return self._folder_info(folder)
-        return self._call(lambda: DirFileSystem.info(self, path, **kwargs))
+        return self._created_first(self._call(lambda: DirFileSystem.info(self, path, **kwargs)))
+
+    def created(self, path: str) -> datetime:
+        """When ``path`` was created (a timezone-aware datetime on a local store, UTC), never
+        later than :meth:`modified`; another store's own ``created``.
+
+        Raises StoreAccessError for a ``path`` outside the student's part.
+        """
+        self.check(path)
+        if not self.local:
+            return self._call(lambda: DirFileSystem.created(self, path))
+        return datetime.fromtimestamp(self.info(path)["created"], tz=UTC)
+
+    def _created_first(self, info: dict[str, Any]) -> dict[str, Any]:
+        """``info`` whose ``created`` (seconds since the epoch) is not later than its ``mtime``.
+
+        A local store's ``created`` is the change time, which the rename of an atomic write
+        moves past ``mtime``: the birth time where the platform's ``stat`` has one, else the
+        earlier of the two. An entry without both numbers is returned as it is.
+        """
+        created, mtime = info.get("created"), info.get("mtime")
+        if not (isinstance(created, (int, float)) and isinstance(mtime, (int, float))):
+            return info
+        if self.local and _HAS_BIRTHTIME:
+            with contextlib.suppress(OSError):
+                created = os.stat(self._join(info["name"])).st_birthtime
+        return {**info, "created": min(created, mtime)}
 
     def size(self, path: str) -> int | None:
         """fsspec's ``size``; for the view's folders their ``info``'s (0 on an object store)."""
@@ -400,13 +441,20 @@ class StudentStore(DirFileSystem):
             return f.write(value)
 
     def _open_atomic(self, path: str, mode: str, **kwargs: Any) -> _StoreFile:
-        target = self._join(self.view.check(self._strip_protocol(path), write=True))
+        # Through a link, the write goes to its target (checked here, as written, to be in the
+        # home): renaming over the link itself would replace it with a file.
+        norm = self.view.check(self._strip_protocol(path), write=True)
+        target = self._real_path(norm)
+        self.view.check_target(self._real_root, target, path, write=True)
         if "x" in mode and self.fs.exists(target):
             raise FileExistsError(f"{path!r} already exists in the course store")
-        folder, name = os.path.split(target)
-        temp = os.path.join(folder, f".{name}.scalelab-{secrets.token_hex(4)}.part")
+        temp = str(part_path(target))
         inner = self.fs.open(temp, mode.replace("x", "w"), **kwargs)
         return _StoreFile(inner, self._unavailable, True, temp, target)
+
+
+#: Whether ``os.stat`` gives a file's birth time here (macOS, the BSDs, Windows; not Linux).
+_HAS_BIRTHTIME = hasattr(os.stat_result, "st_birthtime")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -437,9 +485,11 @@ class _StoreFile:
     """A file of the store whose errors say when the store is unreachable.
 
     Written files are published only by a clean close: on a local store the temporary file
-    ``temp`` is renamed onto ``target``; on an object store the back end uploads on close. A
-    ``with`` block left by an exception discards what was written (fsspec's own files would
-    upload the half that was written); the old file, if any, stays as it was.
+    ``temp`` is renamed onto ``target`` (keeping ``target``'s mode); on an object store the back
+    end uploads on close. A ``with`` block left by an exception discards what was written
+    (fsspec's own files would upload the half that was written), and so does a file for writing
+    that is garbage collected (or still open at exit) without ``close``: its temporary file is
+    removed. The old file, if any, stays as it was.
     """
 
     def __init__(
@@ -456,6 +506,8 @@ class _StoreFile:
         self._temp = temp
         self._target = target
         self._done = False
+        # Not a method of self, which the finalizer would keep alive.
+        self._dropped = weakref.finalize(self, _drop, inner, temp) if writing else None
 
     def _translate(self, exc: Exception) -> Exception:
         unavailable = self._unavailable(exc)
@@ -492,13 +544,14 @@ class _StoreFile:
         if self._done:
             return
         self._done = True
+        self._forget()
         try:
             self._inner.close()
             if self._temp is not None:
-                os.replace(self._temp, self._target)
+                publish(self._temp, self._target)
         except Exception as exc:
-            self._remove_temp()
-            self._abort()
+            _remove(self._temp)
+            _abort(self._inner)
             error = self._translate(exc)
             if error is exc:
                 raise
@@ -509,31 +562,19 @@ class _StoreFile:
         if self._done:
             return
         self._done = True
+        self._forget()
         if self._temp is not None:
             try:
                 self._inner.close()
             finally:
-                self._remove_temp()
+                _remove(self._temp)
         else:
-            self._abort()
+            _abort(self._inner)
 
-    def _abort(self) -> None:
-        discard = getattr(self._inner, "discard", None)  # fsspec buffered files: no upload
-        try:
-            if discard is not None:
-                discard()
-        except Exception:  # noqa: BLE001 -- best effort: the store may be gone
-            pass
-        if isinstance(self._inner, AbstractBufferedFile):
-            self._inner.closed = True  # its __del__ would try the upload again
-
-    def _remove_temp(self) -> None:
-        if self._temp is None:
-            return
-        try:
-            os.unlink(self._temp)
-        except OSError:
-            pass
+    def _forget(self) -> None:
+        """Closed or discarded by hand: nothing left for the finalizer to drop."""
+        if self._dropped is not None:
+            self._dropped.detach()
 
     def __enter__(self) -> _StoreFile:
         return self
@@ -543,6 +584,36 @@ class _StoreFile:
             self.discard()
         else:
             self.close()
+
+
+def _drop(inner: Any, temp: str | None) -> None:
+    """Discard a file for writing that was never closed: close and remove the temporary file of
+    a local store; on an object store, abort the upload."""
+    if temp is None:
+        _abort(inner)
+        return
+    with contextlib.suppress(Exception):  # best effort: a finalizer must not raise
+        inner.close()
+    _remove(temp)
+
+
+def _abort(inner: Any) -> None:
+    """Drop what an object store's file holds, without uploading it (best effort)."""
+    discard = getattr(inner, "discard", None)  # fsspec buffered files: no upload
+    try:
+        if discard is not None:
+            discard()
+    except Exception:  # noqa: BLE001 -- best effort: the store may be gone
+        pass
+    if isinstance(inner, AbstractBufferedFile):
+        inner.closed = True  # its __del__ would try the upload again
+
+
+def _remove(temp: str | None) -> None:
+    """Remove a local store's temporary file, if any and still there."""
+    if temp is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
 
 
 def student_store(
