@@ -223,7 +223,7 @@ def test_a_full_staging_disk_is_named_not_blamed_on_the_sources(tmp_path: Path, 
 def test_no_full_disk_is_reported_as_an_unreadable_store(tmp_path: Path, code: int):
     # Any store call: the destination named by the OSError is the disk told.
     target = tmp_path / "store" / "datasets" / "x.parquet"
-    exc = OSError(code, os.strerror(code), "/tmp/source", None, str(target))
+    exc = OSError(code, os.strerror(code), str(tmp_path / "source"), None, str(target))
     failure = store_failure(tmp_path.as_uri(), exc)
     assert isinstance(failure, StoreFullError)
     assert "cannot be read" not in str(failure) and "reachable" not in str(failure)

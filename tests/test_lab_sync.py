@@ -7,13 +7,13 @@ import io
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from scalelab.hub_ext.labs.sync import MANIFEST, bundled_labs, sync_labs
+from tests.test_diskspace import tmpfs
 
 
 def _lab(title: str, padding: int = 0) -> bytes:
@@ -165,19 +165,8 @@ def test_a_sync_interrupted_at_any_write_leaves_every_file_old_or_new(
 @pytest.fixture
 def small_tmpfs(tmp_path: Path):
     """A real 256 KiB tmpfs (needs root, as in CI's container; skipped elsewhere)."""
-    mount = tmp_path / "tmpfs"
-    mount.mkdir()
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "tmpfs", "256k") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def test_a_full_disk_mid_sync_leaves_every_file_old_or_new(small_tmpfs: Path):
