@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import math
-import signal
 import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -62,6 +61,7 @@ from scalelab.spawner.profiles import (
     profiles_from_config,
 )
 from scalelab.spawner.refusals import OptionsRefused, refuse
+from scalelab.spawner.start_watch import describe_exit
 from scalelab.templates import templates_dir
 
 #: Version of the ``scalelab`` section in the spawner state.
@@ -130,18 +130,6 @@ def validate_config(config: Config) -> None:
     names = ("GPUSpawnerMixin", "CourseSpawnerMixin", "ScaleLabSpawner")
     settings = {key: value for name in names for key, value in config.get(name, {}).items()}
     check_spawn_settings(config, settings, "c.ScaleLabSpawner")
-
-
-def describe_exit(status: int | None) -> str:
-    """``"killed by SIGKILL"``, ``"exit status 1"``: a server's ``poll`` status in words."""
-    if status is None:
-        return "still running"
-    if status < 0:
-        try:
-            return f"killed by {signal.Signals(-status).name}"
-        except ValueError:
-            return f"killed by signal {-status}"
-    return f"exit status {status}"
 
 
 def format_wait(seconds: float) -> str:
@@ -239,6 +227,9 @@ class GPUSpawnerMixin(Spawner):
     _holding: Holding | None = None
     _base_start_timeout: float | None = None
     _session_watch: asyncio.Task | None = None
+    #: Whether this server was started before the hub's last restart (its state was loaded):
+    #: a local process's exit status is then unknown, and JupyterHub reports it as 0.
+    _resumed: bool = False
     #: Why each server's last run ended unexpectedly (found dead by poll), for the student;
     #: per server key, since JupyterHub may make a new spawner object for the next start.
     _exit_notes: ClassVar[dict[str, str]] = {}
@@ -568,6 +559,7 @@ class GPUSpawnerMixin(Spawner):
 
     def load_state(self, state):
         super().load_state(state)
+        self._resumed = bool(state)
         saved = state.get("scalelab")
         if not saved or saved.get("version") != STATE_VERSION:
             return
@@ -584,6 +576,7 @@ class GPUSpawnerMixin(Spawner):
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self):
+        self._resumed = False
         try:
             await self.allocate_gpus()
             url = await super().start()
@@ -605,10 +598,21 @@ class GPUSpawnerMixin(Spawner):
         watch = self._session_watch
         if watch is not None and not watch.done() and watch is not asyncio.current_task():
             watch.cancel()
+        if self._waiting_for_response:
+            # JupyterHub stops a server that never answered its HTTP wait (http_timeout): a
+            # failed start, whose options must not come back either.
+            self._forget_options()
         try:
             await super().stop(now=now)
         finally:
             await self.release_gpus()
+
+    def _how_it_ended(self, status: int) -> str:
+        """A dead server's poll status in words; ``"exit status unknown: ..."`` for a server
+        started before the hub's restart, which JupyterHub's local spawner reports as 0."""
+        if self._resumed and status == 0:
+            return "exit status unknown: it was started before the hub last restarted"
+        return describe_exit(status)
 
     async def poll(self):
         status = await super().poll()
@@ -618,15 +622,15 @@ class GPUSpawnerMixin(Spawner):
         holding = allocator.ledger.holding(self.server_key)
         if status is not None and holding is not None and self.pending != "stop":
             when = dt.datetime.fromtimestamp(allocator.clock(), dt.UTC).strftime("%H:%M UTC")
+            how = self._how_it_ended(status)
             self._exit_notes[self.server_key] = (
-                f"Your previous server stopped unexpectedly ({describe_exit(status)}) at "
-                f"{when}; its GPU(s) {', '.join(holding.gpus)} went back to the pool. Files in "
-                "your home are kept."
+                f"Your previous server stopped unexpectedly ({how}); found at {when}; its GPU(s) "
+                f"{', '.join(holding.gpus)} went back to the pool. Files in your home are kept."
             )
             self.log.warning(
                 "%s died (%s) while holding GPU(s) %s: releasing them",
                 self.server_key,
-                describe_exit(status),
+                how,
                 ", ".join(holding.gpus),
             )
             await self.release_gpus()

@@ -26,18 +26,22 @@ from __future__ import annotations
 import asyncio
 import os
 import pwd
+import shutil
 import sys
+import tempfile
 from pathlib import Path
+from urllib.parse import quote
 
 import fsspec
 from fsspec.implementations.local import make_path_posix
-from jupyterhub.spawner import LocalProcessSpawner
+from jupyterhub.spawner import LocalProcessSpawner, SpawnException
 from traitlets import Bool, Unicode, default
 
 from scalelab import envvars
 from scalelab.spawner.course import CourseSpawnerMixin
 from scalelab.spawner.homes import make_home
 from scalelab.spawner.server_logs import ServerLogMixin, server_log_path
+from scalelab.spawner.start_watch import StartWatchMixin
 from scalelab.spawner.system_users import (
     DEFAULT_PREFIX,
     ensure_system_user,
@@ -46,14 +50,17 @@ from scalelab.spawner.system_users import (
 )
 
 
-class ScaleLabSpawner(CourseSpawnerMixin, ServerLogMixin, LocalProcessSpawner):
+class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, LocalProcessSpawner):
     """Spawner of ScaleLab's single-user servers as local processes.
 
     The course settings (store, Spark, kernels, Livy, GPUs) are
     :class:`~scalelab.spawner.course.CourseSpawnerMixin`'s, set as ``c.ScaleLabSpawner.*``;
     this class adds only what local processes need: who the server runs as (a system user per
     student, or the hub's own user with homes under ``home_root``), the hub's Python as the
-    server's, ``--allow-root`` for a server run by root, and the servers' log files.
+    server's, ``--allow-root`` for a server run by root, the servers' log files, a start that
+    fails at once with the reason when the server exits
+    (:class:`~scalelab.spawner.start_watch.StartWatchMixin`), and a Jupyter runtime folder
+    outside the home, so that a server and its kernels start on a full home.
     """
 
     system_users = Bool(
@@ -84,6 +91,19 @@ class ScaleLabSpawner(CourseSpawnerMixin, ServerLogMixin, LocalProcessSpawner):
         are needed. Example: `c.ScaleLabSpawner.home_root = "/srv/scalelab/homes"`.
         """,
     )
+
+    runtime_parent = Unicode(
+        "",
+        config=True,
+        help="""Folder in which each server start gets a fresh private Jupyter runtime folder
+        (`JUPYTER_RUNTIME_DIR`: the server's info files and its kernels' connection files),
+        `scalelab-runtime-<name>-<random>`, mode 0700 and the student's own, removed when the
+        server stops. Outside the home, so that a server and its kernels start on a full home.
+        Empty (the default): the system's temporary folder (`TMPDIR`, else /tmp).""",
+    )
+
+    #: This server's Jupyter runtime folder while it runs (kept in the spawner's state).
+    runtime_dir: str = ""
 
     @default("cmd")
     def _default_cmd(self) -> list[str]:
@@ -162,6 +182,8 @@ class ScaleLabSpawner(CourseSpawnerMixin, ServerLogMixin, LocalProcessSpawner):
 
     def get_env(self):
         env = super().get_env()
+        if self.runtime_dir:
+            env["JUPYTER_RUNTIME_DIR"] = self.runtime_dir
         if self.server_log_dir and self._as_hub_user and not self.name:
             # Servers run as the hub's user here: their live-log folder (the Spark drivers'
             # logs, which the student's log page reads) is the one ops read at the hub too.
@@ -181,7 +203,63 @@ class ScaleLabSpawner(CourseSpawnerMixin, ServerLogMixin, LocalProcessSpawner):
             await asyncio.to_thread(self._make_system_user)
         elif self.home_root:
             make_home(self.home_root, self.user.name)
-        return await super().start()
+        self.runtime_dir = str(await asyncio.to_thread(self._make_runtime_dir))
+        try:
+            return await super().start()
+        except BaseException:
+            self._remove_runtime_dir()
+            raise
+
+    def get_state(self):
+        state = super().get_state()
+        if self.runtime_dir:
+            state["scalelab_runtime_dir"] = self.runtime_dir
+        return state
+
+    def load_state(self, state):
+        super().load_state(state)
+        self.runtime_dir = state.get("scalelab_runtime_dir", "")
+
+    def clear_state(self):
+        # JupyterHub clears a server's state when it stopped or died, and before a new start.
+        super().clear_state()
+        self._remove_runtime_dir()
+
+    def start_failure_home(self) -> str | None:
+        try:
+            return self.home_dir
+        except (KeyError, ValueError):
+            return None
+
+    def _make_runtime_dir(self) -> Path:
+        """A fresh runtime folder, 0700, the server's user's own (see ``runtime_parent``).
+
+        Raises
+        ------
+        SpawnException
+            It cannot be made (any ``OSError``); the message names the folder.
+        """
+        parent = self.runtime_parent or tempfile.gettempdir()
+        prefix = f"scalelab-runtime-{quote(self.user.name, safe='')}-"
+        try:
+            folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))  # 0700, made anew
+            if self.system_users:
+                entry = pwd.getpwnam(self.system_user)
+                os.chown(folder, entry.pw_uid, entry.pw_gid)
+        except OSError as exc:
+            raise SpawnException(
+                f"Cannot make the Jupyter runtime folder for {self.user.name}'s server in "
+                f"{parent}: {exc.strerror or exc}. Ops: check c.ScaleLabSpawner.runtime_parent.",
+                reason="runtime_dir",
+                status_code=500,
+            ) from None
+        return folder
+
+    def _remove_runtime_dir(self) -> None:
+        """Remove this server's runtime folder (its files are the dead server's and kernels')."""
+        if self.runtime_dir:
+            shutil.rmtree(self.runtime_dir, ignore_errors=True)
+            self.runtime_dir = ""
 
     def _make_system_user(self) -> None:
         """The student's system user, home and (in a local store) store folder, each 0700.

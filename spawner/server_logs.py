@@ -50,6 +50,9 @@ class ServerLogMixin(LocalProcessSpawner):
     LocalProcessSpawner)`` (it is a ``LocalProcessSpawner``, whose ``stop`` and ``poll`` it
     keeps and whose ``popen_kwargs`` it sets)."""
 
+    #: (the log file, the byte offset where the latest start's output begins), or None.
+    server_log_file: tuple[Path, int] | None = None
+
     server_log_dir = Unicode(
         "",
         config=True,
@@ -64,6 +67,9 @@ class ServerLogMixin(LocalProcessSpawner):
         if not self.server_log_dir:
             return await super().start()
         with open_server_log(self.server_log_dir, self.user.name, self.name, time.time()) as log:
+            # Where this start's output begins, for the tail of a failed start
+            # (scalelab.spawner.start_watch).
+            self.server_log_file = (Path(log.name), log.tell())
             # The child gets its own copy of the descriptor; ours closes after the start.
             self.popen_kwargs = {**self.popen_kwargs, "stdout": log, "stderr": subprocess.STDOUT}
             return await super().start()

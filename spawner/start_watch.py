@@ -1,0 +1,282 @@
+"""A local server's start told apart from its failure: the start waits until the server listens
+on its port or its process ends, whichever comes first, and an early end is explained.
+
+JupyterHub's ``LocalProcessSpawner.start`` returns as soon as the process is forked; a server
+that exits at once (a GPU it cannot use, a full home, a broken command) is then found only by
+waiting ``http_timeout`` for its HTTP API, and the student reads "didn't respond in 90 seconds"
+(under ``scalelab up``); meanwhile a REST start answers 500 from inside JupyterHub. With
+:class:`StartWatchMixin` the start fails within about a second of the exit with
+:class:`ServerExited`: the exit status in words, the last lines the server wrote (from its log
+file, secrets masked), and on a full disk which disk and what to do. JupyterHub logs the same
+message, tail included, in its "Not starting <user>'s server" line.
+
+Pure parts (:func:`log_tail`, :func:`redact`, :func:`failed_start_message`) are apart from the
+waiting (:func:`wait_listening`) and the mixin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import os
+import re
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from jupyterhub.spawner import LocalProcessSpawner, SpawnException
+
+from scalelab.common.diskspace import full_disk_message
+
+#: Lines of the server's output shown with a failed start, at most.
+TAIL_LINES = 12
+#: Bytes read back from the end of the server's log for the tail, at most.
+TAIL_BYTES = 16 * 1024
+#: Characters of one shown line, at most (longer lines are cut and end with "…").
+LINE_CHARS = 300
+#: Seconds between two looks at the port and the process while a server starts.
+WATCH_INTERVAL_S = 0.2
+
+_SECRET = re.compile(
+    r"(?i)\b([\w.-]*(?:token|secret|password|passwd|api[_-]?key|credential)[\w.-]*)"
+    r"(\s*[=:]\s*|\"\s*:\s*\"|'\s*:\s*')([^\s\"'&,;]+)"
+)
+_FULL_DISK = re.compile(r"No space left on device|Disk quota exceeded|database or disk is full")
+_QUOTED_PATH = re.compile(r"""['"](/[^'"]+)['"]""")
+
+
+def describe_exit(status: int | None) -> str:
+    """``"killed by SIGKILL"``, ``"exit status 1"``: a server's ``poll`` status in words."""
+    if status is None:
+        return "still running"
+    if status < 0:
+        try:
+            return f"killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"killed by signal {-status}"
+    return f"exit status {status}"
+
+
+class ServerExited(SpawnException):
+    """A server's process ended before it listened on its port; the message says how and why.
+
+    A :class:`~jupyterhub.spawner.SpawnException` (HTTP 500, reason ``"exited"``): JupyterHub
+    logs it without a traceback, the pending page shows ``message`` (``jupyterhub_message``)
+    and the REST start answers it.
+    """
+
+    def __init__(self, message: str, message_html: str, status: int) -> None:
+        super().__init__(message, reason="exited", message_html=message_html, status_code=500)
+        self.exit_status = status
+
+    @property
+    def jupyterhub_message(self) -> str:
+        return self.message
+
+    @property
+    def jupyterhub_html_message(self) -> str:
+        return self.message_html
+
+
+async def wait_listening(
+    host: str,
+    port: int,
+    exited: Callable[[], int | None],
+    timeout_s: float,
+    interval_s: float = WATCH_INTERVAL_S,
+) -> int | None:
+    """Wait until something accepts TCP connections on ``host:port`` or the process ends.
+
+    Parameters
+    ----------
+    host, port
+        Where the server is to listen (``""`` or ``0.0.0.0``: loopback is tried).
+    exited
+        The process's exit status, or None while it runs (``Popen.poll``).
+    timeout_s
+        Seconds to wait at most.
+    interval_s
+        Seconds between two looks.
+
+    Returns
+    -------
+    int | None
+        None once the port accepts a connection; the exit status when the process ended
+        first (negative: killed by that signal).
+
+    Raises
+    ------
+    TimeoutError
+        Neither happened within ``timeout_s``.
+    """
+    target = "127.0.0.1" if host in ("", "0.0.0.0") else host
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = exited()
+        if status is not None:
+            return status
+        if await asyncio.to_thread(_accepts, target, port):
+            return None
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"nothing listened on {target}:{port} within {timeout_s:g} s")
+        await asyncio.sleep(interval_s)
+
+
+def _accepts(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def redact(line: str, secrets: Iterable[str] = ()) -> str:
+    """``line`` with each of ``secrets`` and every ``token=…``-like value shown as ``<hidden>``."""
+    for secret in secrets:
+        if secret:
+            line = line.replace(secret, "<hidden>")
+    return _SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}<hidden>", line)
+
+
+def log_tail(
+    path: str | os.PathLike[str],
+    offset: int = 0,
+    lines: int = TAIL_LINES,
+    secrets: Iterable[str] = (),
+) -> list[str]:
+    """The last non-empty lines written to a log file after byte ``offset``, fit to be shown.
+
+    Parameters
+    ----------
+    path
+        The server's log file.
+    offset
+        Byte offset where this start's output begins (what came before is an earlier start's).
+    lines
+        How many lines at most.
+    secrets
+        Strings to mask wherever they occur (the server's API token); ``token=…``-like values
+        are masked too (:func:`redact`).
+
+    Returns
+    -------
+    list[str]
+        At most ``lines`` lines, oldest first, each at most :data:`LINE_CHARS` characters,
+        decoded as UTF-8 with bad bytes replaced, secrets masked; empty when the file cannot
+        be read or has nothing after ``offset``. At most :data:`TAIL_BYTES` are read.
+    """
+    secrets = tuple(secrets)
+    try:
+        with open(path, "rb") as log:
+            size = log.seek(0, os.SEEK_END)
+            start = max(offset, size - TAIL_BYTES)
+            log.seek(start)
+            data = log.read(TAIL_BYTES)
+    except OSError:
+        return []
+    text = data.decode("utf-8", errors="replace")
+    if start > offset:  # began mid-line: drop the partial first line
+        text = text.partition("\n")[2]
+    kept = [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
+    return [_cut(redact(line, secrets)) for line in kept]
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= LINE_CHARS else line[: LINE_CHARS - 1] + "…"
+
+
+def full_disk_path(tail: Iterable[str], default: str | None) -> str | None:
+    """The folder whose disk is full, when the tail says a disk is full, else None.
+
+    The path quoted on the first full-disk line (``OSError: [Errno 28] No space left on
+    device: '/home/a/x'``) when there is one, else ``default`` (the home).
+    """
+    for line in tail:
+        if _FULL_DISK.search(line):
+            quoted = _QUOTED_PATH.search(line)
+            return quoted.group(1) if quoted else default
+    return None
+
+
+def failed_start_message(
+    exit_text: str, tail: list[str], log_name: str, disk_note: str = ""
+) -> tuple[str, str]:
+    """What a student and the hub log are told about a server that ended while starting.
+
+    Parameters
+    ----------
+    exit_text
+        How it ended: ``"exit status 3"``, ``"killed by SIGKILL"``.
+    tail
+        Its last lines (:func:`log_tail`); empty when its output is not in a file of its own.
+    log_name
+        Where its whole output is, for ops (``"its log, /hub/scalelab/logs/alice"``).
+    disk_note
+        :func:`~scalelab.common.diskspace.full_disk_message`'s line when a disk was full.
+
+    Returns
+    -------
+    (str, str)
+        The plain text message and the same as HTML (the tail in a ``<pre>``, all escaped).
+    """
+    head = f"Your server stopped while starting ({exit_text})."
+    parts = [head]
+    if disk_note:
+        parts.append(disk_note)
+    if tail:
+        parts.append("Its last lines:\n" + "\n".join(tail))
+    parts.append(f"The whole output is in {log_name}. Nothing was held for you: start again.")
+    text = "\n".join(parts)
+    pieces = [html.escape(head)]
+    if disk_note:
+        pieces.append(f"<p>{html.escape(disk_note)}</p>")
+    if tail:
+        pieces.append("<p>Its last lines:</p><pre>" + html.escape("\n".join(tail)) + "</pre>")
+    pieces.append(html.escape(parts[-1]))
+    return text, "\n".join(pieces)
+
+
+class StartWatchMixin(LocalProcessSpawner):
+    """``start`` returns once the server listens on its port, or fails with
+    :class:`ServerExited` as soon as its process ends: ``class S(StartWatchMixin,
+    ServerLogMixin, LocalProcessSpawner)``.
+
+    The wait is at most ``http_timeout``; a server still not listening then is left to
+    JupyterHub's own HTTP wait, as before. The tail comes from ``server_log_file`` (set by
+    :class:`~scalelab.spawner.server_logs.ServerLogMixin`: the path and this start's offset),
+    when the output goes to a file of its own.
+    """
+
+    #: (log path, byte offset where this start's output begins), or None: set by the log mixin.
+    server_log_file: tuple[Path, int] | None = None
+
+    async def start(self):
+        url = await super().start()
+        proc = self.proc
+        host, port = url if isinstance(url, tuple) else (self.ip, self.port)
+        try:
+            status = await wait_listening(host, port, proc.poll, self.http_timeout)
+        except TimeoutError:
+            return url  # JupyterHub's own wait for the HTTP API decides
+        if status is None:
+            return url
+        raise self._exited(status)
+
+    def start_failure_home(self) -> str | None:
+        """The folder named when a failed start's output says a disk is full and names none
+        (a subclass gives the server's home); None: no folder."""
+        return None
+
+    def _exited(self, status: int) -> ServerExited:
+        tail: list[str] = []
+        where = "the hub's log"
+        if self.server_log_file is not None:
+            path, offset = self.server_log_file
+            tail = log_tail(path, offset, secrets=[self.api_token or ""])
+            where = f"the server's log ({path}; admins: /hub/scalelab/logs/{self.user.name})"
+        disk = full_disk_path(tail, self.start_failure_home())
+        note = full_disk_message(disk) if disk is not None else ""
+        text, markup = failed_start_message(describe_exit(status), tail, where, note)
+        return ServerExited(text, markup, status)
