@@ -351,3 +351,53 @@ def test_a_refusal_is_found_behind_jupyter_fs_wrapping():
     assert store_refusal(PermissionError("[Errno 13] not ours")) is None
     answer = forbidden(refusal)
     assert (answer.status_code, answer.log_message) == (403, str(refusal))
+
+
+@pytest.mark.integration
+def test_a_full_disk_under_the_drive_is_a_507_naming_the_disk(hub: ScaleLabUp):
+    """A write that meets a full disk (ENOSPC, a real small tmpfs under alice's store home)
+    is 507 naming the disk, not jupyter-fs' 500 "Unexpected error while saving file"; the
+    file that was there is kept."""
+    from tests.test_diskspace import fill, tmpfs
+
+    full = hub.state_dir / "store" / "home/alice/full"
+    try:
+        with tmpfs(full, "256k"):
+            (full / "kept.txt").write_text("kept\n")
+            fill(full)
+            body = {"type": "file", "format": "text", "content": "x" * 200_000}
+            answer = _contents(hub, "alice", "home/alice/full/kept.txt", "PUT", json=body)
+            assert answer.status_code == 507, answer.text
+            message = answer.json()["message"]
+            assert message.startswith(
+                "home/alice/full/kept.txt in the course store was not saved: The disk holding "
+            )
+            assert f"(mount {full}, " in message and "Free space there" in message
+            assert (full / "kept.txt").read_text() == "kept\n"
+            assert sorted(p.name for p in full.iterdir()) == ["filler", "kept.txt"]
+    finally:
+        full.rmdir()
+
+
+def test_a_full_disk_is_found_behind_wrapping_and_names_the_file_written(tmp_path: Path):
+    import errno
+
+    from tornado.web import HTTPError
+
+    from scalelab.common.diskspace import disk_full_error
+    from scalelab.hub_ext.server.store_contents import disk_full_answer
+
+    quota = OSError(errno.EDQUOT, "Disk quota exceeded", str(tmp_path / "a.ipynb"))
+    try:
+        try:
+            raise quota
+        except OSError as exc:  # jupyter_server's save wraps it
+            raise HTTPError(500, f"Unexpected error while saving file: a.ipynb {exc}") from exc
+    except HTTPError as wrapped:
+        assert disk_full_error(wrapped) is quota
+        answer = disk_full_answer("save", "a.ipynb", quota, "/nowhere")
+    assert answer.status_code == 507
+    assert answer.log_message.startswith("a.ipynb was not saved: The disk holding " + str(tmp_path))
+    renamed = disk_full_answer("rename", "b.txt", OSError(errno.ENOSPC, "full"), str(tmp_path))
+    assert renamed.log_message.startswith(f"rename of b.txt failed: The disk holding {tmp_path}")
+    assert disk_full_error(HTTPError(500, "No space left on device")) is None

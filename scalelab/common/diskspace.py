@@ -20,21 +20,28 @@ _CHAIN_LIMIT = 10
 
 def is_disk_full(exc: BaseException | None) -> bool:
     """Whether ``exc``, or an exception in its ``__cause__`` / ``__context__`` chain, says the
-    disk or the quota is full (pure).
+    disk or the quota is full (pure): :func:`disk_full_error` is not None."""
+    return disk_full_error(exc) is not None
 
-    True for an ``OSError`` with ``errno`` ENOSPC or EDQUOT, and for SQLite's
-    ``sqlite3.OperationalError`` "database or disk is full" (``SQLITE_FULL``), which carries no
-    errno. The chain is followed at most 10 links deep; None gives False.
+
+def disk_full_error(exc: BaseException | None) -> BaseException | None:
+    """The exception in ``exc``'s chain (``exc`` itself, its ``__cause__`` / ``__context__``)
+    that says the disk or the quota is full, else None (pure).
+
+    That is an ``OSError`` with ``errno`` ENOSPC or EDQUOT (its ``filename``, when set, is the
+    file being written), or SQLite's ``sqlite3.OperationalError`` "database or disk is full"
+    (``SQLITE_FULL``), which carries no errno. The chain is followed at most 10 links deep;
+    None gives None.
     """
     seen = 0
     while exc is not None and seen < _CHAIN_LIMIT:
         if isinstance(exc, OSError) and exc.errno in FULL_ERRNOS:
-            return True
+            return exc
         if isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc).lower():
-            return True
+            return exc
         exc = exc.__cause__ or exc.__context__
         seen += 1
-    return False
+    return None
 
 
 def mount_point(path: str | os.PathLike[str]) -> str:

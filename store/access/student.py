@@ -43,6 +43,7 @@ from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.spec import AbstractBufferedFile
 
 from scalelab.common.atomicfile import part_path, publish
+from scalelab.common.diskspace import FULL_ERRNOS
 from scalelab.store.access import walkguard
 from scalelab.store.access.fs import _is_local, open_target, store_settings
 from scalelab.store.access.guard import StoreView
@@ -510,6 +511,9 @@ class _StoreFile:
         self._dropped = weakref.finalize(self, _drop, inner, temp) if writing else None
 
     def _translate(self, exc: Exception) -> Exception:
+        if isinstance(exc, OSError) and exc.errno in FULL_ERRNOS and not exc.filename:
+            # A write's ENOSPC names no file: name the one written, so its disk can be told.
+            exc.filename = self._target
         unavailable = self._unavailable(exc)
         return exc if unavailable is None else unavailable
 
