@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import sqlalchemy
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PrefixLoader, select_autoescape
 from jupyterhub.spawner import Spawner, SpawnException
 from tornado import web
 from traitlets import Dict, Float, List, Type, Unicode, default
@@ -220,7 +220,20 @@ class GPUSpawnerMixin(Spawner):
     options_template_paths = List(
         Unicode(),
         config=True,
-        help="Folders searched before ScaleLab's own for `spawn_options.html` (the spawn form).",
+        help="""Folders searched before ScaleLab's own for `spawn_options.html` (the spawn form).
+        A `spawn_options.html` of ops' own replaces ScaleLab's, or adds fields to it with
+        `{% extends "scalelab/spawn_options.html" %}{% block extra_fields %}<your fields>{%
+        endblock %}`; the new fields' names go in `extra_options`.""",
+    )
+    extra_options = List(
+        Unicode(),
+        config=True,
+        help="""`user_options` keys that ops' own spawn-form fields (or their own
+        `options_from_form`) add beside ScaleLab's (`profile`, `gpus`, `spark_driver_memory`).
+        ScaleLab lets them through, unread, to `spawner.user_options` for ops' own hooks
+        (`pre_spawn_hook`, `modify_pod_hook`), each value at most 4096 characters as JSON; any
+        other key is refused with 400, as a tampered form is. Example:
+        `c.ScaleLabSpawner.extra_options = ["course_group"]`.""",
     )
 
     _request: SpawnRequest | None = None
@@ -312,8 +325,15 @@ class GPUSpawnerMixin(Spawner):
         allocator = await self.gpu_allocator()
         total = len(allocator.ledger.inventory)
         offered = self._offered(total)
+        own = FileSystemLoader(str(templates_dir()))
+        loader = ChoiceLoader(
+            [
+                FileSystemLoader([*self.options_template_paths, str(templates_dir())]),
+                PrefixLoader({"scalelab": own}),  # ScaleLab's form, for ops' to extend
+            ]
+        )
         env = Environment(
-            loader=FileSystemLoader([*self.options_template_paths, str(templates_dir())]),
+            loader=loader,
             autoescape=select_autoescape(default=True, default_for_string=True),
         )
         memory, memory_default = self.spark_memory_offer()
@@ -328,8 +348,11 @@ class GPUSpawnerMixin(Spawner):
             last_exit=self._exit_notes.get(self.server_key, ""),
         )
 
-    def options_from_form(self, formdata):
-        return options_from_form(formdata)
+    @default("options_from_form")
+    def _default_options_from_form(self):
+        # ScaleLab's reading of its form; ops' own c.<Spawner>.options_from_form (a callable,
+        # or JupyterHub's "simple") replaces it, and its result is checked all the same.
+        return options_from_form
 
     # -- per attempt: validate, then allocate ----------------------------------------------------
 
@@ -349,7 +372,9 @@ class GPUSpawnerMixin(Spawner):
         allocator = await self.gpu_allocator()
         offered = self._offered(len(allocator.ledger.inventory))
         memory, memory_default = self.spark_memory_offer()
-        return parse_user_options(user_options, offered, memory, memory_default)
+        return parse_user_options(
+            user_options, offered, memory, memory_default, extra_keys=self.extra_options
+        )
 
     async def apply_scalelab_options(self, user_options: dict[str, Any] | None) -> None:
         """Validate this attempt's ``user_options`` (JupyterHub's ``apply_user_options`` hook).

@@ -13,9 +13,10 @@ Accepted ``user_options`` (all optional)::
 
 from __future__ import annotations
 
+import json
 import re
 import reprlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,11 +123,16 @@ def default_profile(profiles: Sequence[Profile]) -> Profile:
     return next((p for p in profiles if p.default), profiles[0])
 
 
+#: Characters of one extra option's value as JSON, at most (it is kept in the hub's database).
+EXTRA_OPTION_CHARS = 4096
+
+
 def parse_user_options(
     options: Mapping[str, Any] | None,
     profiles: Sequence[Profile],
     memory_choices: Sequence[str],
     memory_default: str | None = None,
+    extra_keys: Collection[str] = (),
 ) -> SpawnRequest:
     """Validate untrusted ``user_options``.
 
@@ -140,6 +146,9 @@ def parse_user_options(
         Offered Spark driver memory sizes (JVM sizes such as ``"2g"``).
     memory_default
         The size used when none is asked for; the first choice when None.
+    extra_keys
+        Keys of ops' own form fields (``extra_options``): let through unread, each value at
+        most :data:`EXTRA_OPTION_CHARS` characters as JSON.
 
     Returns
     -------
@@ -148,14 +157,26 @@ def parse_user_options(
     Raises
     ------
     OptionsError
-        An unknown key, a wrong type, an unknown profile, more GPUs than the profile gives, or a
-        memory size not offered. Nothing has been allocated.
+        An unknown key, a wrong type, an unknown profile, more GPUs than the profile gives, a
+        memory size not offered, or an extra option's value too long or not JSON. Nothing has
+        been allocated.
     """
     options = dict(options or {})
-    unknown = set(options) - OPTION_KEYS
+    allowed = OPTION_KEYS | set(extra_keys)
+    unknown = set(options) - allowed
     if unknown:
         shown = _short(sorted(map(str, unknown)))
-        raise OptionsError(f"unknown option(s) {shown}; allowed: {sorted(OPTION_KEYS)}")
+        raise OptionsError(f"unknown option(s) {shown}; allowed: {sorted(allowed)}")
+    for key in sorted(set(options) & set(extra_keys) - OPTION_KEYS):
+        try:
+            size = len(json.dumps(options[key]))
+        except (TypeError, ValueError):
+            raise OptionsError(f"option {key!r} must be JSON data") from None
+        if size > EXTRA_OPTION_CHARS:
+            raise OptionsError(
+                f"option {key!r} is too long: {size} characters as JSON, at most "
+                f"{EXTRA_OPTION_CHARS}"
+            )
     by_slug = {p.slug: p for p in profiles}
     slug = options.get("profile", default_profile(profiles).slug)
     if not isinstance(slug, str) or slug not in by_slug:
