@@ -6,9 +6,10 @@ that exits at once (a GPU it cannot use, a full home, a broken command) is then 
 waiting ``http_timeout`` for its HTTP API, and the student reads "didn't respond in 90 seconds"
 (under ``scalelab up``); meanwhile a REST start answers 500 from inside JupyterHub. With
 :class:`StartWatchMixin` the start fails within about a second of the exit with
-:class:`ServerExited`: the exit status in words, the last lines the server wrote (from its log
-file, secrets masked), and on a full disk which disk and what to do. JupyterHub logs the same
-message, tail included, in its "Not starting <user>'s server" line.
+:class:`StartFailed`: the exit status in words, the last lines the server wrote (from its log
+file, secrets masked), and on a full disk which disk and what to do; a server that runs but
+never listens fails after ``http_timeout`` in the same way, not after twice that. JupyterHub
+logs the same message, tail included, in its "Not starting <user>'s server" line.
 
 Pure parts (:func:`log_tail`, :func:`redact`, :func:`failed_start_message`) are apart from the
 waiting (:func:`wait_listening`) and the mixin.
@@ -47,29 +48,68 @@ _FULL_DISK = re.compile(r"No space left on device|Disk quota exceeded|database o
 _QUOTED_PATH = re.compile(r"""['"](/[^'"]+)['"]""")
 
 
+#: What a signal that ends a server usually means, in words.
+SIGNAL_MEANINGS = {
+    signal.SIGKILL: "often the out-of-memory killer",
+    signal.SIGSEGV: "a crash",
+    signal.SIGBUS: "a crash",
+    signal.SIGABRT: "aborted",
+    signal.SIGTERM: "stopped from outside",
+    signal.SIGINT: "interrupted",
+}
+#: What a shell's exit status usually means (POSIX: 126 not executable, 127 not found).
+EXIT_MEANINGS = {126: "the command cannot be run", 127: "the command was not found"}
+
+
 def describe_exit(status: int | None) -> str:
-    """``"killed by SIGKILL"``, ``"exit status 1"``: a server's ``poll`` status in words."""
+    """A server's ``poll`` status in words, with what it usually means (pure).
+
+    ``None``: ``"still running"``; a negative status (killed by a signal):
+    ``"killed by SIGKILL, often the out-of-memory killer"``; ``128 + n`` (a shell reporting a
+    child killed by signal n): ``"exit status 137: killed by SIGKILL, often the out-of-memory
+    killer"``; 126 and 127: what POSIX shells mean by them; else ``"exit status 3"``.
+    """
     if status is None:
         return "still running"
     if status < 0:
-        try:
-            return f"killed by {signal.Signals(-status).name}"
-        except ValueError:
-            return f"killed by signal {-status}"
+        return _killed_by(-status)
+    if 128 < status < 128 + 65:
+        return f"exit status {status}: {_killed_by(status - 128)}"
+    if status in EXIT_MEANINGS:
+        return f"exit status {status}: {EXIT_MEANINGS[status]}"
     return f"exit status {status}"
 
 
-class ServerExited(SpawnException):
-    """A server's process ended before it listened on its port; the message says how and why.
+def _killed_by(number: int) -> str:
+    try:
+        sig = signal.Signals(number)
+    except ValueError:
+        return f"killed by signal {number}"
+    meaning = SIGNAL_MEANINGS.get(sig)
+    return f"killed by {sig.name}, {meaning}" if meaning else f"killed by {sig.name}"
 
-    A :class:`~jupyterhub.spawner.SpawnException` (HTTP 500, reason ``"exited"``): JupyterHub
-    logs it without a traceback, the pending page shows ``message`` (``jupyterhub_message``)
-    and the REST start answers it.
+
+class StartFailed(SpawnException):
+    """A server's start failed: its process ended, or it never listened on its port; the
+    message says how and why.
+
+    A :class:`~jupyterhub.spawner.SpawnException` (HTTP 503, reason ``"exited"`` or
+    ``"silent"``): JupyterHub logs it without a traceback, the pending page shows ``message``
+    (``jupyterhub_message``, HTML: ``jupyterhub_html_message``) and the REST start answers it.
+    503, not JupyterHub's 500 ("Spawner failed to start"): the request was sound and the hub
+    is well; the server it asked for is not available.
+
+    Attributes
+    ----------
+    exit_status
+        The process's exit status, or None when it was still running (it never listened).
     """
 
-    def __init__(self, message: str, message_html: str, status: int) -> None:
-        super().__init__(message, reason="exited", message_html=message_html, status_code=500)
-        self.exit_status = status
+    def __init__(
+        self, message: str, message_html: str, reason: str, exit_status: int | None
+    ) -> None:
+        super().__init__(message, reason=reason, message_html=message_html, status_code=503)
+        self.exit_status = exit_status
 
     @property
     def jupyterhub_message(self) -> str:
@@ -201,14 +241,15 @@ def full_disk_path(tail: Iterable[str], default: str | None) -> str | None:
 
 
 def failed_start_message(
-    exit_text: str, tail: list[str], log_name: str, disk_note: str = ""
+    head: str, tail: list[str], log_name: str, disk_note: str = ""
 ) -> tuple[str, str]:
-    """What a student and the hub log are told about a server that ended while starting.
+    """What a student and the hub log are told about a server that failed to start.
 
     Parameters
     ----------
-    exit_text
-        How it ended: ``"exit status 3"``, ``"killed by SIGKILL"``.
+    head
+        The first sentence: how it failed (``"Your server stopped while starting (exit
+        status 3)."``).
     tail
         Its last lines (:func:`log_tail`); empty when its output is not in a file of its own.
     log_name
@@ -221,7 +262,6 @@ def failed_start_message(
     (str, str)
         The plain text message and the same as HTML (the tail in a ``<pre>``, all escaped).
     """
-    head = f"Your server stopped while starting ({exit_text})."
     parts = [head]
     if disk_note:
         parts.append(disk_note)
@@ -239,12 +279,12 @@ def failed_start_message(
 
 
 class StartWatchMixin(LocalProcessSpawner):
-    """``start`` returns once the server listens on its port, or fails with
-    :class:`ServerExited` as soon as its process ends: ``class S(StartWatchMixin,
+    """``start`` returns once the server listens on its port, and fails with
+    :class:`StartFailed` as soon as its process ends, or when it has not listened within
+    ``http_timeout`` seconds (JupyterHub then stops it): ``class S(StartWatchMixin,
     ServerLogMixin, LocalProcessSpawner)``.
 
-    The wait is at most ``http_timeout``; a server still not listening then is left to
-    JupyterHub's own HTTP wait, as before. The tail comes from ``server_log_file`` (set by
+    The tail comes from ``server_log_file`` (set by
     :class:`~scalelab.spawner.server_logs.ServerLogMixin`: the path and this start's offset),
     when the output goes to a file of its own.
     """
@@ -254,22 +294,26 @@ class StartWatchMixin(LocalProcessSpawner):
 
     async def start(self):
         url = await super().start()
-        proc = self.proc
         host, port = url if isinstance(url, tuple) else (self.ip, self.port)
         try:
-            status = await wait_listening(host, port, proc.poll, self.http_timeout)
+            status = await wait_listening(host, port, self.proc.poll, self.http_timeout)
         except TimeoutError:
-            return url  # JupyterHub's own wait for the HTTP API decides
+            head = (
+                f"Your server did not listen on its port within {self.http_timeout:g} s "
+                "(c.Spawner.http_timeout), so it is being stopped."
+            )
+            raise self._start_failure(head, "silent", None) from None
         if status is None:
             return url
-        raise self._exited(status)
+        head = f"Your server stopped while starting ({describe_exit(status)})."
+        raise self._start_failure(head, "exited", status)
 
     def start_failure_home(self) -> str | None:
         """The folder named when a failed start's output says a disk is full and names none
         (a subclass gives the server's home); None: no folder."""
         return None
 
-    def _exited(self, status: int) -> ServerExited:
+    def _start_failure(self, head: str, reason: str, status: int | None) -> StartFailed:
         tail: list[str] = []
         where = "the hub's log"
         if self.server_log_file is not None:
@@ -278,5 +322,5 @@ class StartWatchMixin(LocalProcessSpawner):
             where = f"the server's log ({path}; admins: /hub/scalelab/logs/{self.user.name})"
         disk = full_disk_path(tail, self.start_failure_home())
         note = full_disk_message(disk) if disk is not None else ""
-        text, markup = failed_start_message(describe_exit(status), tail, where, note)
-        return ServerExited(text, markup, status)
+        text, markup = failed_start_message(head, tail, where, note)
+        return StartFailed(text, markup, reason, status)

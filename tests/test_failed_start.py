@@ -84,7 +84,8 @@ def test_a_full_disk_in_the_tail_names_the_quoted_path_or_the_home():
 
 
 def test_the_message_says_how_it_ended_its_last_lines_and_where_the_rest_is():
-    text, markup = failed_start_message("exit status 3", ["boom <b>"], "its log", "Disk full.")
+    head = "Your server stopped while starting (exit status 3)."
+    text, markup = failed_start_message(head, ["boom <b>"], "its log", "Disk full.")
     assert text.splitlines() == [
         "Your server stopped while starting (exit status 3).",
         "Disk full.",
@@ -93,7 +94,7 @@ def test_the_message_says_how_it_ended_its_last_lines_and_where_the_rest_is():
         "The whole output is in its log. Nothing was held for you: start again.",
     ]
     assert "<pre>boom &lt;b&gt;</pre>" in markup and "<b>" not in markup
-    assert "Its last lines" not in failed_start_message("exit status 1", [], "x")[0]
+    assert "Its last lines" not in failed_start_message(head, [], "x")[0]
 
 
 @pytest.mark.parametrize(
@@ -101,8 +102,14 @@ def test_the_message_says_how_it_ended_its_last_lines_and_where_the_rest_is():
     [
         (None, "still running"),
         (3, "exit status 3"),
-        (-9, "killed by SIGKILL"),
+        (-9, "killed by SIGKILL, often the out-of-memory killer"),
+        (137, "exit status 137: killed by SIGKILL, often the out-of-memory killer"),
+        (-11, "killed by SIGSEGV, a crash"),
+        (-10, "killed by SIGUSR1"),
         (-99, "killed by signal 99"),
+        (127, "exit status 127: the command was not found"),
+        (126, "exit status 126: the command cannot be run"),
+        (255, "exit status 255"),
     ],
 )
 def test_exit_statuses_in_words(status, words):
@@ -182,7 +189,7 @@ def test_failed_starts_on_a_real_hub(tmp_path: Path):
         # A GPU start whose server exits: the REST start answers at once with the reason.
         # (A start slower than JupyterHub's slow_spawn_timeout, 10 s, would answer 202.)
         answer = up.api("POST", "/users/alice/server", json={"user_options": {"profile": "gpu-1"}})
-        assert answer.status_code == 500, answer.text
+        assert answer.status_code == 503, answer.text
         message = answer.json()["message"]
         assert message.startswith("Your server stopped while starting (exit status 3).")
         assert "boom: cannot init CUDA on GPU-fake-" in message
@@ -198,7 +205,7 @@ def test_failed_starts_on_a_real_hub(tmp_path: Path):
 
         # Nothing stays held: bob gets both GPUs (his server fails too, and frees them again).
         bob = up.api("POST", "/users/bob/server", json={"user_options": {"profile": "gpu-2"}})
-        assert bob.status_code == 500 and "GPU-fake-0000,GPU-fake-0001" in bob.json()["message"]
+        assert bob.status_code == 503 and "GPU-fake-0000,GPU-fake-0001" in bob.json()["message"]
 
         # The next start without options does not ask for the failed GPU request again.
         model = up.start_server("alice")
@@ -219,7 +226,7 @@ def test_failed_starts_on_a_real_hub(tmp_path: Path):
 
         # A start that dies of a full disk names the disk and what to do.
         dave = up.api("POST", "/users/dave/server")
-        assert dave.status_code == 500
+        assert dave.status_code == 503
         text = dave.json()["message"]
         assert (
             "exit status 1" in text and "The disk holding " in text and "Free space there" in text
@@ -233,35 +240,65 @@ def _wait_stopped(up: ScaleLabUp, user: str, timeout_s: float = 60) -> None:
         time.sleep(0.5)
 
 
-#: A server that never listens once it holds a GPU.
+#: With a GPU: erin's server never listens, frank's answers every request with 503.
 HUNG_SCRIPT = """#!/bin/sh
-if [ -n "$CUDA_VISIBLE_DEVICES" ]; then exec sleep 600; fi
+if [ -n "$CUDA_VISIBLE_DEVICES" ] && [ "$USER" = erin ]; then exec sleep 600; fi
+if [ -n "$CUDA_VISIBLE_DEVICES" ] && [ "$USER" = frank ]; then exec {python} {unready}; fi
 exec {python} -m jupyterhub.singleuser "$@"
+"""
+#: Serves the server's port (from JUPYTERHUB_SERVICE_URL), never ready: 503 to everything.
+UNREADY = """import http.server, os, urllib.parse
+
+class Unready(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(503)
+        self.end_headers()
+
+port = urllib.parse.urlparse(os.environ["JUPYTERHUB_SERVICE_URL"]).port
+http.server.HTTPServer(("127.0.0.1", port), Unready).serve_forever()
 """
 
 
+def _saved_options(state: Path, user: str) -> list[tuple]:
+    with sqlite3.connect(state / "jupyterhub.sqlite") as db:
+        return db.execute(
+            "SELECT s.user_options FROM spawners s JOIN users u ON s.user_id = u.id"
+            " WHERE u.name = ?",
+            (user,),
+        ).fetchall()
+
+
 @pytest.mark.integration
-def test_a_start_that_never_answers_is_not_asked_for_again(tmp_path: Path):
-    """JupyterHub gives up on a server that never answers (http_timeout); the failed request's
+def test_starts_that_never_answer_fail_once_and_are_not_asked_for_again(tmp_path: Path):
+    """A server that never listens fails after http_timeout with its own message (not after
+    twice that, nor with JupyterHub's traceback); one that listens but is never ready is given
+    up by JupyterHub's own HTTP wait. Either way the GPU is released and the failed request's
     options are forgotten, so the next start without options does not ask for the GPU again."""
+    unready = tmp_path / "unready.py"
+    unready.write_text(UNREADY)
     script = tmp_path / "server.sh"
-    script.write_text(HUNG_SCRIPT.format(python=sys.executable))
+    script.write_text(HUNG_SCRIPT.format(python=sys.executable, unready=unready))
     script.chmod(0o755)
     state = tmp_path / "state"
-    config = (
-        TWO_FAKE_GPUS + f"c.ScaleLabSpawner.cmd = [{str(script)!r}]\nc.Spawner.http_timeout = 3\n"
+    config = TWO_FAKE_GPUS + (
+        f"c.ScaleLabSpawner.cmd = [{str(script)!r}]\nc.Spawner.http_timeout = 3\n"
     )
     up = ScaleLabUp(state, extra_config=config)
+    gpu = {"user_options": {"profile": "gpu-1"}}
     with running(up):
-        assert up.api("POST", "/users/erin").status_code == 201
-        answer = up.api("POST", "/users/erin/server", json={"user_options": {"profile": "gpu-1"}})
-        assert answer.status_code in (202, 500), answer.text
-        _wait_stopped(up, "erin")
-        with sqlite3.connect(state / "jupyterhub.sqlite") as db:
-            rows = db.execute(
-                "SELECT s.user_options FROM spawners s JOIN users u ON s.user_id = u.id"
-                " WHERE u.name = 'erin'"
-            ).fetchall()
-        assert rows == [(None,)]
+        for user in ("erin", "frank"):
+            assert up.api("POST", f"/users/{user}").status_code == 201
+        erin = up.api("POST", "/users/erin/server", json=gpu)
+        assert erin.status_code == 503, erin.text
+        assert erin.json()["message"].startswith(
+            "Your server did not listen on its port within 3 s (c.Spawner.http_timeout)"
+        )
+        frank = up.api("POST", "/users/frank/server", json=gpu)
+        assert frank.status_code in (202, 500), frank.text  # JupyterHub's own HTTP wait
+        for user in ("erin", "frank"):
+            _wait_stopped(up, user)
+            assert _saved_options(state, user) == [(None,)]
         hub_log = (state / "logs" / "jupyterhub.log").read_text()
         assert "erin/ released GPU(s) GPU-fake-0000" in hub_log
+        assert "frank/ released GPU(s) GPU-fake-0000" in hub_log
+        assert "erin's server never showed up" not in hub_log  # no second wait

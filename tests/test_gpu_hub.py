@@ -175,11 +175,17 @@ def test_a_killed_server_releases_its_gpu_at_the_next_poll(hub: ScaleLabUp):
     assert _gpus(hub, "carol") == alice_gpu
     assert hub.api("GET", "/users/alice").json()["servers"] == {}
     log = (hub.state_dir / "logs" / "jupyterhub.log").read_text()
-    assert f"alice/ died (killed by SIGKILL) while holding GPU(s) {alice_gpu}" in log
+    assert (
+        "alice/ died (killed by SIGKILL, often the out-of-memory killer) while holding GPU(s) "
+        f"{alice_gpu}" in log
+    )
     # alice sees why on her next visit: the spawn form says what happened to her server
     form = get_as(hub, "alice", hub.password, "/hub/spawn")
     assert form.status_code == 200
-    assert "Your previous server stopped unexpectedly (killed by SIGKILL)" in form.text
+    assert (
+        "Your previous server stopped unexpectedly (killed by SIGKILL, often the out-of-memory "
+        "killer)" in form.text
+    )
     assert f"its GPU(s) {alice_gpu} went back to the pool" in form.text
 
 
