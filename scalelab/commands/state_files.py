@@ -73,6 +73,18 @@ class StateFolder:
         return self.root / "scalelab-up.lock"
 
     @property
+    def run_record(self) -> Path:
+        """Written by a running ``scalelab up`` (its pid and the processes it started), removed
+        when it stops; still there at the next start: the earlier run did not stop cleanly."""
+        return self.root / "scalelab-up.run.json"
+
+    @property
+    def hub_ports(self) -> Path:
+        """The hub's and the proxy API's ports of the last run, used again when free, so that
+        servers left running (``c.JupyterHub.cleanup_servers = False``) still reach the hub."""
+        return self.root / "hub-ports.json"
+
+    @property
     def homes(self) -> Path:
         """Users' homes, ``<homes>/<user>`` (``c.ScaleLabSpawner.home_root``)."""
         return self.root / "homes"

@@ -5,8 +5,15 @@ It prepares the state folder (kernelspecs, homes, the local store), takes a lock
 :mod:`scalelab.commands.up_config`, waits until the hub answers, and prints the URL and the
 password. Ctrl-C (SIGINT), SIGTERM or SIGHUP (the terminal closed) stops the hub, which stops
 every server it started; anything still alive after that is terminated, so no process is left
-behind. If ``scalelab up`` itself is killed (SIGKILL), the kernel sends the hub SIGTERM
-(:mod:`scalelab.common.pdeathsig`), so the hub still stops its proxy and servers.
+behind -- except the servers the hub leaves running by design (``c.JupyterHub.cleanup_servers =
+False``), which the next run finds again. ``scalelab up`` is the subreaper of what it starts
+(:func:`~scalelab.common.pdeathsig.become_subreaper`), so a proxy or server whose hub exited
+(a failed start, a proxy restarted during shutdown) is still its descendant and is stopped too.
+If ``scalelab up`` itself is killed (SIGKILL), the kernel sends the hub SIGTERM
+(:mod:`scalelab.common.pdeathsig`), so the hub still stops its proxy and servers; the run record
+it leaves (:func:`~scalelab.commands.upstate.write_run_record`) tells the next ``scalelab up``
+what to stop, and its banner says what it found and did. A start refused before the hub runs
+removes what it created in the state folder.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
@@ -49,8 +56,21 @@ from scalelab.commands.up_config import (
     config_file_text,
     embedded_config,
 )
-from scalelab.commands.upstate import earlier_run, make_state_dir
-from scalelab.common.pdeathsig import die_with_parent
+from scalelab.commands.upstate import (
+    SavedServer,
+    clear_run_record,
+    earlier_run,
+    make_state_dir,
+    new_paths,
+    process_trees,
+    read_run_record,
+    recorded_alive,
+    remove_new,
+    saved_servers,
+    stop_processes,
+    write_run_record,
+)
+from scalelab.common.pdeathsig import become_subreaper, die_with_parent
 from scalelab.hub_ext.hub.config_check import ConfigProblem, check_hub_config
 from scalelab.kernels.specs import install_kernelspecs
 from scalelab.spawner.local import local_store_root
@@ -93,17 +113,22 @@ def up_settings(
 ) -> UpSettings:
     """The settings ``scalelab up`` writes into its config (state folder already resolved).
 
+    The hub's port and the proxy API's are the last run's (``<state>/hub-ports.json``) where
+    those are free, so that servers left running across a restart still reach their hub; else
+    free ports.
+
     Raises
     ------
     UpError
         configurable-http-proxy is not installed.
     """
+    hub_port, proxy_api_port = saved_ports(StateFolder(state_dir))
     return UpSettings(
         state_dir=str(state_dir),
         store_url=absolute_store_url(store_url, cwd) if store_url else default_store_url(state_dir),
         proxy_command=find_proxy(),
-        hub_port=free_port(),
-        proxy_api_port=free_port(),
+        hub_port=hub_port or free_port(),
+        proxy_api_port=proxy_api_port or free_port(),
         ip=ip,
         port=port,
         system_users=system_users,
@@ -128,6 +153,43 @@ def find_proxy() -> list[str]:
     return [found]
 
 
+def saved_ports(files: StateFolder) -> tuple[int | None, int | None]:
+    """The last run's ``(hub_port, proxy_api_port)`` from ``<state>/hub-ports.json``, each None
+    when not saved or not free on 127.0.0.1 now."""
+    try:
+        saved = json.loads(files.hub_ports.read_text())
+        ports = (int(saved["hub_port"]), int(saved["proxy_api_port"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, None
+    if ports[0] == ports[1]:
+        return None, None
+    return tuple(p if _port_free(p) else None for p in ports)  # type: ignore[return-value]
+
+
+def save_ports(files: StateFolder, settings: UpSettings) -> None:
+    """Write the run's hub and proxy API ports to ``<state>/hub-ports.json`` (mode 0600).
+
+    Raises
+    ------
+    OSError
+        The file cannot be written.
+    """
+    text = json.dumps({"hub_port": settings.hub_port, "proxy_api_port": settings.proxy_api_port})
+    fd = os.open(files.hub_ports, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "w") as out:
+        out.write(text)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now."""
     with socket.socket() as sock:
@@ -149,18 +211,114 @@ def prepare_state_dir(state_dir: Path, source: str = "--state-dir") -> None:
         raise UpError(f"cannot use {source} {state_dir}: {reason}; choose a folder you can write")
 
 
-def check_no_earlier_run(state_dir: Path) -> None:
+def check_no_earlier_run(state_dir: Path, leftovers: Iterable[int] = ()) -> None:
     """Raise :class:`UpError` if a hub (or a proxy) of an earlier ``scalelab up`` still runs
-    for ``state_dir``, naming its pid and how to stop it."""
+    for ``state_dir``, naming its pid and how to stop it.
+
+    A proxy among ``leftovers`` (pids the earlier run recorded as its own, see
+    :func:`stop_earlier_run`) is not refused: it is stopped instead.
+    """
     found = earlier_run(state_dir)
     if found is None:
         return
     what, pid = found
+    if what == "proxy" and pid in set(leftovers):
+        return
     alone = " without its hub" if what == "proxy" else ""
     raise UpError(
         f"a {what} of an earlier `scalelab up` is still running for {state_dir} (pid {pid})"
         f"{alone}; stop it with `kill {pid}`"
     )
+
+
+@dataclass(frozen=True)
+class EarlierRun:
+    """What ``scalelab up`` found of an earlier run that did not stop cleanly, and did.
+
+    Attributes
+    ----------
+    pid
+        The earlier ``scalelab up``'s pid.
+    stopped
+        ``(pid, command)`` of each leftover process it stopped.
+    """
+
+    pid: int
+    stopped: tuple[tuple[int, str], ...]
+
+
+def stop_earlier_run(record: dict | None, keep_servers: Iterable[SavedServer]) -> EarlierRun | None:
+    """Stop what an earlier run that did not stop cleanly left running.
+
+    Parameters
+    ----------
+    record
+        That run's record (:func:`~scalelab.commands.upstate.read_run_record`), or None.
+    keep_servers
+        Servers to keep running, with their kernels: with ``c.JupyterHub.cleanup_servers =
+        False``, those the hub's database lists as running (the hub finds them again).
+
+    Returns
+    -------
+    EarlierRun or None
+        None when there was no such run.
+    """
+    if record is None:
+        return None
+    keep = {os.getpid(), *process_trees(s.pid for s in keep_servers if s.alive() and s.pid)}
+    leftovers = [p for p in recorded_alive(record) if p.pid not in keep]
+    names = {int(e["pid"]): str(e.get("cmd", "?")) for e in record["processes"] if "pid" in e}
+    stopped = stop_processes(leftovers)
+    return EarlierRun(record["pid"], tuple((p.pid, names.get(p.pid, "?")) for p in stopped))
+
+
+def found_lines(
+    earlier: EarlierRun | None,
+    before: list[SavedServer],
+    after: list[SavedServer],
+) -> list[str]:
+    """Banner lines on what this start found of the earlier run and did (empty: nothing).
+
+    Parameters
+    ----------
+    earlier
+        From :func:`stop_earlier_run`.
+    before, after
+        The servers the hub's database listed as running before the hub started, and once it
+        answered (it has polled each by then: those found gone are cleared, their GPUs released).
+    """
+    lines = []
+    now = {s.key: s for s in after}
+    released = []
+    for server in before:
+        kept = now.get(server.key)
+        gone = [g for g in server.gpus if kept is None or g not in kept.gpus]
+        if gone:
+            released.append(f"{', '.join(gone)} (held by {server.key}, no longer running)")
+    found_running = [s for s in before if s.key in now]
+    if earlier is not None:
+        did = []
+        if released:
+            did.append(f"released GPU(s) {'; '.join(released)}")
+        if earlier.stopped:
+            names = ", ".join(f"{cmd} pid {pid}" for pid, cmd in earlier.stopped)
+            did.append(f"stopped {len(earlier.stopped)} leftover process(es): {names}")
+        lines.append(
+            f"Found the state of an earlier run that did not stop cleanly (pid {earlier.pid}): "
+            + ("; ".join(did) if did else "nothing of it was left running")
+            + "."
+        )
+    elif released:
+        lines.append(f"Released GPU(s) of servers that stopped meanwhile: {'; '.join(released)}.")
+    if found_running:
+        names = ", ".join(_server_words(now[s.key]) for s in found_running)
+        lines.append(f"Found {len(found_running)} server(s) still running, kept: {names}.")
+    return lines
+
+
+def _server_words(server: SavedServer) -> str:
+    gpus = f", GPU(s) {', '.join(server.gpus)}" if server.gpus else ""
+    return f"{server.key} (pid {server.pid}{gpus})"
 
 
 def check_port_free(ip: str, port: int) -> None:
@@ -329,12 +487,34 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-def _stop_tree(proc: subprocess.Popen, stop: threading.Event, known: list[psutil.Process]) -> None:
+def _stop_tree(
+    proc: subprocess.Popen,
+    stop: threading.Event,
+    known: list[psutil.Process],
+    spare: Callable[[], set[int]] = set,
+) -> list[psutil.Process]:
     """SIGTERM the hub (which stops its servers and proxy), then end whatever survived.
 
-    ``known`` are descendants seen earlier, so that servers orphaned by a dead hub end too.
+    Parameters
+    ----------
+    proc
+        The hub.
+    stop
+        Set by a second Ctrl-C while the hub stops: kill it now.
+    known
+        Descendants seen earlier, so that servers orphaned by a dead hub end too (with
+        :func:`~scalelab.common.pdeathsig.become_subreaper` they are this process's
+        descendants anyway).
+    spare
+        Called once the hub has exited: pids to leave running (the servers the hub leaves
+        by design, with their kernels).
+
+    Returns
+    -------
+    list of psutil.Process
+        Those that were still running after the hub and were stopped.
     """
-    tree = {p.pid: p for p in [*known, *_descendants(proc.pid)]}.values()
+    tree = {p.pid: p for p in [*known, *_descendants(proc.pid)]}
     if proc.poll() is None:
         stop.clear()  # a second Ctrl-C while we wait means: stop now
         proc.send_signal(signal.SIGTERM)
@@ -344,18 +524,35 @@ def _stop_tree(proc: subprocess.Popen, stop: threading.Event, known: list[psutil
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    survivors = [p for p in tree if p.is_running()]
-    for p in survivors:
-        try:
-            p.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(survivors, timeout=5)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
+    # Orphans of the hub (a proxy it started again while stopping, or left after a failed
+    # start) are ours now: this process is their subreaper.
+    tree.update({p.pid: p for p in _descendants(os.getpid())})
+    tree.pop(proc.pid, None)
+    kept = spare()
+    survivors = [p for pid, p in tree.items() if pid not in kept and _running(p)]
+    stop_processes(survivors, timeout_s=5)
+    return survivors
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            os.waitpid(proc.pid, os.WNOHANG)  # a child of ours (re-parented): reap it
+            return False
+        return True
+    except (psutil.Error, ChildProcessError):
+        return False
+
+
+def _reap_orphans(hub_pid: int) -> None:
+    """Reap the exited processes re-parented to this one (never the hub: Popen waits for it)."""
+    for child in _descendants(os.getpid()):
+        if child.pid != hub_pid:
+            try:
+                if child.ppid() == os.getpid() and child.status() == psutil.STATUS_ZOMBIE:
+                    os.waitpid(child.pid, os.WNOHANG)
+            except (psutil.Error, ChildProcessError):
+                continue
 
 
 def _say(text: str, out: IO[str]) -> None:
@@ -424,33 +621,77 @@ def run_up(
     url = f"http://{ip}:{port}/"
     if operator_config and not Path(operator_config).is_file():
         raise UpError(f"the config file {operator_config} does not exist.")
-    prepare_state_dir(state_dir, state_source)
+    made = new_paths(state_dir)  # what a refused start removes again
     files = StateFolder(state_dir)
     lock = StateLock(files.lock)
-    lock.acquire(url)
     try:
-        check_no_earlier_run(state_dir)
-        check_port_free(ip, port)
-        password, generated = resolve_password(password)
-        settings = up_settings(state_dir, ip=ip, port=port, store_url=store_url)
-        identity = decide_identity(files, settings, shared_identity)
-        if identity.system_users and operator_config:
-            problem = check_operator_config(operator_config)
-            if problem:
-                raise UpError(problem)
-        settings = up_settings_with(settings, system_users=identity.system_users)
-        try:  # the hub's own start-up validation, run here: one line instead of its traceback
-            check_hub_config(embedded_config(settings, password), operator_config)
-        except ConfigProblem as exc:
-            raise UpError(f"{exc}. {exc.fix}") from None
+        prepare_state_dir(state_dir, state_source)
+        lock.acquire(url)
+    except UpError:
+        remove_new(made)
+        raise
+    try:
+        try:
+            record = read_run_record(files)
+            check_no_earlier_run(state_dir, [p.pid for p in recorded_alive(record or {})])
+            password, generated = resolve_password(password)
+            settings = up_settings(state_dir, ip=ip, port=port, store_url=store_url)
+            identity = decide_identity(files, settings, shared_identity)
+            if identity.system_users and operator_config:
+                problem = check_operator_config(operator_config)
+                if problem:
+                    raise UpError(problem)
+            settings = up_settings_with(settings, system_users=identity.system_users)
+            try:  # the hub's own start-up validation, run here: one line instead of a traceback
+                merged = check_hub_config(embedded_config(settings, password), operator_config)
+            except ConfigProblem as exc:
+                raise UpError(f"{exc}. {exc.fix}") from None
+            hub = HubFacts.of(merged, files)
+            # A proxy the earlier run left holds the port: stop the leftovers before checking.
+            earlier = stop_earlier_run(record, [] if hub.cleanup_servers else hub.servers())
+            check_port_free(ip, port)
+        except UpError:
+            remove_new(made)
+            raise
         install_kernelspecs(files.kernelspecs)
         config_path = files.config_file
         config_path.write_text(config_file_text(settings, operator_config))
+        save_ports(files, settings)
         protect(files, settings)
         hint = data_hint(settings.store_url)
-        return _serve(settings, config_path, password, generated, hint, identity, out)
+        return _serve(settings, config_path, password, generated, hint, identity, out, hub, earlier)
     finally:
         lock.release()
+
+
+@dataclass(frozen=True)
+class HubFacts:
+    """What ``scalelab up`` needs to know of the hub's merged configuration.
+
+    Attributes
+    ----------
+    cleanup_servers
+        ``c.JupyterHub.cleanup_servers`` (True unless the operator's config says False).
+    database
+        The hub's SQLite file when it is the state folder's (the embedded ``db_url``), else None
+        (another database: its servers are not looked at).
+    """
+
+    cleanup_servers: bool
+    database: Path | None
+
+    @classmethod
+    def of(cls, merged, files: StateFolder) -> HubFacts:
+        """From the merged ``traitlets`` config of the hub (:func:`check_hub_config`)."""
+        section = merged.JupyterHub
+        cleanup = section.get("cleanup_servers", True)
+        db_url = section.get("db_url", "")
+        ours = db_url == f"sqlite:///{files.database}"
+        return cls(cleanup_servers=cleanup is not False, database=files.database if ours else None)
+
+    def servers(self) -> list[SavedServer]:
+        """The servers the hub's database lists as running (empty without our database)."""
+        return saved_servers(self.database) if self.database is not None else []
 
 
 def decide_identity(files: StateFolder, settings: UpSettings, shared_identity: bool) -> Identity:
@@ -539,15 +780,20 @@ def _serve(
     hint: str | None,
     identity: Identity,
     out: IO[str],
+    hub: HubFacts,
+    earlier: EarlierRun | None,
 ) -> int:
     state_dir = Path(settings.state_dir)
+    files = StateFolder(state_dir)
     url = f"http://{settings.ip}:{settings.port}/"
-    log_path = StateFolder(state_dir).hub_log
+    log_path = files.hub_log
     log_offset = log_path.stat().st_size if log_path.exists() else 0
     env = {**os.environ, envvars.PASSWORD: password}
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in STOP_SIGNALS}
     known: list[psutil.Process] = []
+    servers_before = hub.servers()
+    become_subreaper()  # what the hub leaves when it exits stays ours to stop
     print(f"Starting ScaleLab's hub (log: {log_path}) ...", file=out, flush=True)
     try:
         with open(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as log:
@@ -561,6 +807,7 @@ def _serve(
                 start_new_session=True,  # Ctrl-C reaches us; we stop the hub in order
                 preexec_fn=_hub_preexec(),  # private files; and if we are killed, it stops
             )
+        _record(files, [psutil.Process(proc.pid)])
         try:
             state = wait_ready(url, settings.port, proc, stop)
             if state == "stopped":
@@ -592,11 +839,19 @@ def _serve(
                 )
             print(f"  Course store: {settings.store_url}", file=out)
             print(f"  {identity.banner}", file=out)
+            for line in found_lines(earlier, servers_before, hub.servers()):
+                print(f"  {line}", file=out)
             print(
                 "  Press Ctrl-C to stop the hub and every server it started.", file=out, flush=True
             )
+            recorded: set[int] = set()
             while not stop.is_set() and proc.poll() is None:
                 known = _descendants(proc.pid) or known
+                _reap_orphans(proc.pid)
+                everything = [psutil.Process(proc.pid), *_descendants(os.getpid())]
+                if {p.pid for p in everything} != recorded:
+                    _record(files, everything)
+                    recorded = {p.pid for p in everything}
                 stop.wait(2)
             if proc.poll() is not None:
                 print(
@@ -608,7 +863,32 @@ def _serve(
             _say("Stopping ScaleLab: servers, proxy, hub ...", out)
             return 0
         finally:
-            _stop_tree(proc, stop, known)
+            _stop_tree(proc, stop, known, spare=lambda: _kept_servers(hub, out))
+            clear_run_record(files)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _record(files: StateFolder, processes: list[psutil.Process]) -> None:
+    """Write the run record; a failure to write it must not stop the hub."""
+    try:
+        write_run_record(files, processes)
+    except OSError:
+        pass
+
+
+def _kept_servers(hub: HubFacts, out: IO[str]) -> set[int]:
+    """With ``cleanup_servers = False``: the pids of the servers the stopped hub left running
+    (and their kernels), named in one line; else none."""
+    if hub.cleanup_servers:
+        return set()
+    kept = [s for s in hub.servers() if s.alive() and s.pid]
+    if kept:
+        names = ", ".join(f"{s.key} (pid {s.pid})" for s in kept)
+        _say(
+            f"Left {len(kept)} server(s) running (c.JupyterHub.cleanup_servers = False): {names}; "
+            "the next `scalelab up` on this state folder finds them again.",
+            out,
+        )
+    return process_trees(s.pid for s in kept if s.pid)

@@ -1,10 +1,15 @@
-"""Children that end when the process that started them dies: Linux's ``PR_SET_PDEATHSIG``.
+"""Children that end when the process that started them dies: Linux's ``PR_SET_PDEATHSIG``;
+and orphans that come back to the process that started their parent: ``PR_SET_CHILD_SUBREAPER``.
 
 ``scalelab up`` starts the hub in a session of its own (so Ctrl-C reaches only ``scalelab up``,
 which then stops the hub in order). If ``scalelab up`` is killed outright (SIGKILL, the OOM
 killer), nothing would stop the hub: it would run on with parent 1, with its proxy and servers.
 With :func:`die_with_parent` as Popen's ``preexec_fn``, the kernel sends the child a signal
 (SIGTERM: JupyterHub then stops its proxy and servers as on a normal stop) when its parent dies.
+
+A process that started the hub cannot see what the hub leaves behind when it exits (its proxy, a
+server): those orphans go to PID 1. With :func:`become_subreaper`, they go to ``scalelab up``
+instead, which then still sees them as its descendants and can stop them.
 
 No maintained PyPI package does this one call (``python-prctl``: last release 2020, a C extension
 needing libcap headers; ``pyprctl``: 2021), so it is ``prctl(2)`` through ctypes.
@@ -20,6 +25,8 @@ from collections.abc import Callable
 
 #: ``PR_SET_PDEATHSIG`` from ``<linux/prctl.h>``.
 PR_SET_PDEATHSIG = 1
+#: ``PR_SET_CHILD_SUBREAPER`` from ``<linux/prctl.h>`` (Linux 3.4).
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def _prctl() -> Callable[..., int]:
@@ -42,6 +49,27 @@ def set_parent_death_signal(sig: int = signal.SIGTERM) -> bool:
         return False
     try:
         return _prctl()(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (``PR_SET_CHILD_SUBREAPER``).
+
+    A descendant whose parent exits is then re-parented to this process rather than to PID 1,
+    so it stays in ``psutil.Process().children(recursive=True)``; this process must reap those
+    that exit (``os.waitpid``), or they stay zombies until it exits. It holds for the whole
+    process (every thread) and is not inherited by children.
+
+    Returns
+    -------
+    bool
+        True when set; False off Linux or where ``prctl`` cannot be called.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return _prctl()(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 
