@@ -138,13 +138,18 @@ def test_cleanup_servers_false_keeps_a_server_and_its_gpu_across_a_restart(tmp_p
         with running(first):
             first.start_server("alice", {"profile": "gpu-1"})
             pid = _server_pid(first)
+            bob = first.start_server("bob", {"profile": "gpu-1"})["state"]["pid"]
         assert psutil.pid_exists(pid) and _alive(psutil.Process(pid)), "the server was stopped"
         stopped = "".join(first.output)
         assert (
-            f"Left 1 server(s) running (c.JupyterHub.cleanup_servers = False): alice/ (pid {pid})"
+            f"Left 2 server(s) running (c.JupyterHub.cleanup_servers = False): alice/ (pid {pid})"
             in stopped
         )
-        assert _proxies_on(first.port) == []  # the proxy and hub went, the server stayed
+        assert _proxies_on(first.port) == []  # the proxy and hub went, the servers stayed
+        # bob's server dies while no hub runs: its exit status is nobody's to know.
+        dead = psutil.Process(bob)
+        dead.kill()
+        dead.wait(timeout=60)
 
         second = ScaleLabUp(state, extra_config=config, port=first.port)
         with running(second):
@@ -159,6 +164,12 @@ def test_cleanup_servers_false_keeps_a_server_and_its_gpu_across_a_restart(tmp_p
                 g["uuid"]: g["holder"] for g in second.api("GET", "/scalelab/gpus").json()["gpus"]
             }
             assert holders["GPU-fake-0000"]["user"] == "alice" and holders["GPU-fake-0001"] is None
+            hub_log = (state / "logs" / "jupyterhub.log").read_text()
+            assert (
+                "bob/ died (exit status unknown: it was started before the hub last restarted) "
+                "while holding GPU(s) GPU-fake-0001"
+            ) in hub_log
+            assert "bob/ died (exit status 0)" not in hub_log
             # The kept server still reaches its hub (same hub port): it checks our token there.
             assert second.server_api("alice", "GET", "/status").status_code == 200
             assert second.api("DELETE", "/users/alice/server").status_code in (202, 204)
