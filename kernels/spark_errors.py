@@ -17,6 +17,7 @@ executor killed for memory overhead        ``spark.executor.memoryOverhead``
 off-heap memory exhausted (off-heap on)    ``spark.memory.offHeap.enabled`` / ``.size``
 Python worker ``MemoryError``              ``spark.executor.pyspark.memory``
 result over ``spark.driver.maxResultSize``  ``spark.driver.maxResultSize``
+``spark`` used after ``spark.stop()``      ``spark`` (a new one starts at its next use)
 =========================================  =========================================================
 """
 
@@ -188,6 +189,17 @@ def _max_result(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> E
     )
 
 
+def _stopped(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
+    return Explanation(
+        "`spark` was stopped (spark.stop() or sc.stop()) earlier in this cell, so it cannot "
+        "run anything.",
+        ("spark",),
+        "run the code again in a new cell: ScaleLab starts a new `spark` (and `sc`) with the "
+        "course settings at its first use; or make one with your own settings: "
+        "spark = SparkSession.builder.config(...).getOrCreate().",
+    )
+
+
 _Rule = Callable[[str, Mapping[str, str], Mapping[str, str]], Explanation]
 
 #: (pattern over "<exception type>: <message>", explanation builder), first match wins.
@@ -219,6 +231,15 @@ RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
         _heap,
     ),
     (re.compile(r"PythonException.*\bMemoryError\b", re.S), _python_worker),
+    (
+        # PySpark's objects after stop(): their JVM handles are None.
+        re.compile(
+            r"^AttributeError\b[^\n]*: 'NoneType' object has no attribute "
+            r"'(?:sc|_jsc|_jvm|_jsparkSession|_jconf)'[^\n]*\[[^\]\n]*\bpyspark\.",
+            re.M,
+        ),
+        _stopped,
+    ),
     (
         re.compile(
             # A Py4J call that lost its connection half-way raises a bare Py4JError with no

@@ -4,7 +4,10 @@ At kernel start :func:`begin` starts a thread that builds the ``SparkSession`` (
 small machine) and puts a :class:`LazySparkSession` in the notebook as ``spark`` (and a lazy
 ``sc``). A cell that does not touch ``spark`` runs at once; the first attribute access waits for
 the session and then behaves exactly like it. Before each later cell, ``spark``/``sc`` are
-swapped for the real objects (unless the student rebound the names).
+swapped for the real objects (unless the student rebound the names). After ``spark.stop()``,
+the next cell finds a stand-in again (:func:`renew_if_stopped`, told in one line): the first
+use of ``spark`` or ``sc`` builds a new session with the same settings, and a student who
+makes their own (``SparkSession.builder...getOrCreate()``) gets theirs.
 
 The session is configured from the hub (``SCALELAB_SPARK_MASTER``, ``SCALELAB_SPARK_DRIVER_MEMORY``,
 see :mod:`scalelab.envvars`) with, in addition:
@@ -185,18 +188,33 @@ class LazySparkSession:
     Any attribute access (``spark.read``, ``spark.range(5)``) waits for the session and is
     then forwarded to it; :meth:`wait` returns the session itself. If the session could not be
     built, each access raises :class:`SparkStartError` (the explanation of the cause is printed
-    by :mod:`scalelab.kernels.spark_errors`).
+    by :mod:`scalelab.kernels.spark_errors`). With ``start=False`` nothing is built until the
+    first access (the stand-in for a session the student stopped: see :func:`renew_if_stopped`).
     """
 
-    def __init__(self, factory: Callable[[], Any], name: str = "scalelab-spark-start"):
+    def __init__(
+        self, factory: Callable[[], Any], name: str = "scalelab-spark-start", start: bool = True
+    ):
         self._future: Future = Future()
+        self._factory = factory
+        self._name = name
+        self._lock = threading.Lock()
+        self._started = False
+        if start:
+            self._start()
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
         self._future.set_running_or_notify_cancel()
-        thread = threading.Thread(target=self._run, args=(factory,), name=name, daemon=True)
+        thread = threading.Thread(target=self._run, name=self._name, daemon=True)
         thread.start()
 
-    def _run(self, factory: Callable[[], Any]) -> None:
+    def _run(self) -> None:
         try:
-            self._future.set_result(factory())
+            self._future.set_result(self._factory())
         except BaseException as exc:  # noqa: BLE001 -- handed to whoever touches `spark`
             self._future.set_exception(exc)
 
@@ -205,7 +223,8 @@ class LazySparkSession:
         return self._future.done()
 
     def wait(self, timeout: float | None = None) -> Any:
-        """The SparkSession, waiting up to ``timeout`` seconds (None: as long as it takes).
+        """The SparkSession, waiting up to ``timeout`` seconds (None: as long as it takes);
+        starts building it first if it was made with ``start=False``.
 
         Raises
         ------
@@ -214,6 +233,7 @@ class LazySparkSession:
         TimeoutError
             Not built within ``timeout``.
         """
+        self._start()
         return self._future.result(timeout)
 
     def __getattr__(self, name: str) -> Any:
@@ -222,6 +242,8 @@ class LazySparkSession:
         return getattr(self.wait(), name)
 
     def __repr__(self) -> str:
+        if not self._started:
+            return "<SparkSession stopped; touching `spark` starts a new one>"
         if not self.done():
             return "<SparkSession starting in the background; touching `spark` waits for it>"
         if self._future.exception() is not None:
@@ -248,6 +270,8 @@ class LazySparkContext:
     def __repr__(self) -> str:
         if self._session.done() and self._session._future.exception() is None:
             return repr(self._session.wait().sparkContext)
+        if not self._session._started:
+            return "<SparkContext stopped; touching `sc` starts a new one>"
         return "<SparkContext starting in the background; touching `sc` waits for it>"
 
 
@@ -317,10 +341,67 @@ def begin(namespace: MutableMapping[str, Any], shell: Any, log_dir: Path | None)
     namespace["sc"] = LazySparkContext(lazy)
     if shell is not None:
         _swap_when_ready(shell, namespace, lazy, environ)
+
+        def renew(*_args: Any) -> None:
+            renewed = renew_if_stopped(namespace, lambda: build_session(conf))
+            if renewed is not None:
+                _swap_when_ready(shell, namespace, renewed, environ)
+                print(STOPPED_NOTICE)
+
+        shell.events.register("pre_run_cell", renew)
     return (
         f"spark: {conf['spark.master']} with spark.driver.memory={conf['spark.driver.memory']}, "
         "starting in the background (as `spark` and `sc`; the first use waits for it)"
     )
+
+
+#: Told once, in the first cell after the student stopped ``spark``.
+STOPPED_NOTICE = (
+    "ScaleLab: `spark` was stopped (spark.stop()); the next use of `spark` or `sc` starts a "
+    "new session with the course settings. To choose other settings instead: "
+    "spark = SparkSession.builder.config(...).getOrCreate()"
+)
+
+
+def is_stopped(value: Any) -> bool:
+    """Whether ``value`` is a PySpark ``SparkSession`` (or the stand-in of a built one) whose
+    SparkContext was stopped (``spark.stop()``, ``sc.stop()``: PySpark then sets its
+    ``_jsc`` to None). Asks nothing of the JVM; False for anything else."""
+    if isinstance(value, LazySparkSession):
+        if not value.done() or value._future.exception() is not None:
+            return False
+        value = value.wait()
+    sql = sys.modules.get("pyspark.sql")
+    if sql is None or not isinstance(value, sql.SparkSession):
+        return False
+    context = getattr(value, "_sc", None)
+    return context is not None and context._jsc is None
+
+
+def renew_if_stopped(
+    namespace: MutableMapping[str, Any], factory: Callable[[], Any]
+) -> LazySparkSession | None:
+    """Put a stand-in that builds a new session at its first use in place of a stopped
+    ``spark`` (and of ``sc``, when it is that session's context or a stand-in).
+
+    Nothing is built until ``spark`` or ``sc`` is touched, so a student who stopped ``spark``
+    to make their own (``SparkSession.builder.config(...).getOrCreate()``) gets theirs.
+
+    Returns
+    -------
+    LazySparkSession or None
+        The stand-in, or None when ``spark`` is not a stopped session (nothing changed).
+    """
+    stopped = namespace.get("spark")
+    if not is_stopped(stopped):
+        return None
+    session = stopped.wait() if isinstance(stopped, LazySparkSession) else stopped
+    renewed = LazySparkSession(factory, name="scalelab-spark-restart", start=False)
+    namespace["spark"] = renewed
+    sc = namespace.get("sc")
+    if isinstance(sc, LazySparkContext) or sc is getattr(session, "_sc", None):
+        namespace["sc"] = LazySparkContext(renewed)
+    return renewed
 
 
 def _swap_when_ready(

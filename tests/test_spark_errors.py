@@ -177,3 +177,22 @@ def test_describe_survives_an_exception_whose_text_needs_the_dead_jvm():
     except ConnectionRefusedError as exc:
         text = describe(exc)
     assert "JavaError" in text and "An error occurred while calling o40.collectToPython" in text
+
+
+# What PySpark 4.3 raises when a stopped session is used (tests/test_spark_kernel.py does it).
+USED_AFTER_STOP = (
+    "AttributeError Exception BaseException object: 'NoneType' object has no attribute 'sc' "
+    "[__main__ pyspark.sql.session pyspark.sql.classic.dataframe]"
+)
+
+
+def test_a_session_used_after_stop_is_explained_as_stopped_not_as_a_dead_driver():
+    explanation = explain(USED_AFTER_STOP, LOCAL, {})
+    assert explanation is not None and explanation.settings == ("spark",)
+    assert explanation.title.startswith("`spark` was stopped")
+    assert "ScaleLab starts a new `spark`" in explanation.fix
+    # The same AttributeError outside PySpark is not Spark's.
+    assert (
+        explain("AttributeError: 'NoneType' object has no attribute 'sc' [__main__]", LOCAL, {})
+        is None
+    )

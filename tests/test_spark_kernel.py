@@ -66,6 +66,43 @@ def test_store_is_the_same_for_spark_and_fsspec(kernel_environment: dict[str, st
         assert out["result"] == "(['part'], 2)"
 
 
+def test_spark_stop_then_spark_gets_a_new_session_or_the_students_own(
+    kernel_environment: dict[str, str], tmp_path: Path
+):
+    """After ``spark.stop()`` the next use of ``spark`` or ``sc`` gets a new session with the
+    course settings (said in one line); using it in the cell that stopped it is explained; a
+    student who stops it to make their own session gets theirs (issue 13)."""
+    env = _env(kernel_environment, tmp_path)
+    with Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as kernel:
+        assert kernel.run("spark.range(3).count()")["result"] == "3"
+        assert kernel.run("spark.stop()")["error"] is None
+        notice = kernel.run("type(spark).__name__, type(sc).__name__")
+        assert notice["result"] == "('LazySparkSession', 'LazySparkContext')", notice
+        assert notice["stdout"].count("ScaleLab: `spark` was stopped (spark.stop())") == 1
+        assert "Traceback" not in notice["stderr"]
+        again = kernel.run("spark.range(5).count(), sc.parallelize([1, 2]).sum()")
+        assert again["result"] == "(5, 3)", again
+        assert "ScaleLab" not in again["stdout"]  # told once
+
+        same_cell = kernel.run("spark.stop()\nspark.range(2).count()")
+        assert same_cell["error"] is not None and same_cell["error"][0] == "AttributeError"
+        assert (
+            "ScaleLab: `spark` was stopped (spark.stop() or sc.stop()) earlier in this cell"
+            in (same_cell["stderr"])
+        )
+        assert kernel.run("spark.range(4).count()")["result"] == "4"
+
+        kernel.run("spark.stop()")
+        own = kernel.run(
+            "from pyspark.sql import SparkSession\n"
+            "spark = SparkSession.builder.config('spark.sql.shuffle.partitions', '7')"
+            ".getOrCreate()\n"
+            "spark.conf.get('spark.sql.shuffle.partitions'), spark.range(6).count()"
+        )
+        assert own["result"] == "('7', 6)", own
+        assert kernel.run("type(spark).__name__")["result"] == "'SparkSession'"
+
+
 def test_java_missing_is_explained_and_the_kernel_lives(
     kernel_environment: dict[str, str], tmp_path: Path
 ):
