@@ -529,6 +529,12 @@ class GPUSpawnerMixin(Spawner):
         self._session_watch = asyncio.create_task(stop_at_deadline())
 
     @property
+    def requested_gpus(self) -> int:
+        """How many GPUs this start asked for, once its options were accepted (0: CPU only, or
+        no start under way); the pending page explains the queue only for a GPU request."""
+        return self._request.gpus if self._request is not None else 0
+
+    @property
     def gpu_uuids(self) -> tuple[str, ...]:
         """UUIDs of the GPUs this server holds (empty: CPU only)."""
         return self._holding.gpus if self._holding else ()

@@ -75,6 +75,12 @@ def test_student_logs_in_and_sees_the_three_kernels_and_the_labs(hub: ScaleLabUp
 
             # ScaleLab's JupyterLab overrides switch the "Jupyter news" prompt off for students.
             expect(page.get_by_text("official Jupyter news")).to_have_count(0)
+            # The File menu has one "Log Out", the hub's (JupyterLab's own stays hidden).
+            page.locator(".lm-MenuBar-itemLabel", has_text="File").click()
+            expect(page.get_by_text("Hub Control Panel", exact=True)).to_be_visible()
+            log_outs = page.locator(".lm-Menu-itemLabel:visible").get_by_text("Log Out", exact=True)
+            assert log_outs.count() == 1
+            page.keyboard.press("Escape")
             SCREENSHOT.parent.mkdir(exist_ok=True)
             page.screenshot(path=str(SCREENSHOT))
         finally:

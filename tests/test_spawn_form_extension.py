@@ -110,3 +110,24 @@ async def test_ops_template_extends_scalelabs_form(make, tmp_path: Path):
     assert '<input name="course_group" id="ops-field" data-total="2">' in html  # and ops'
     plain = await make().render_options_form()
     assert 'name="profile"' in plain and "ops-field" not in plain
+
+
+@pytest.mark.parametrize(
+    ("spawner", "explained"),
+    [
+        (SimpleNamespace(requested_gpus=1), True),
+        (SimpleNamespace(requested_gpus=0), False),  # CPU only: no queue to explain
+        (SimpleNamespace(), True),  # another spawner class: as before
+    ],
+)
+def test_the_pending_page_explains_the_queue_for_a_gpu_request_only(spawner, explained):
+    """ScaleLab's pending page over a stand-in for JupyterHub's own (its ``message`` block)."""
+    from jinja2 import ChoiceLoader, DictLoader, Environment, FileSystemLoader
+
+    from scalelab.templates import templates_dir
+
+    hubs_own = DictLoader({"templates/spawn_pending.html": "{% block message %}{% endblock %}"})
+    env = Environment(loader=ChoiceLoader([FileSystemLoader(str(templates_dir())), hubs_own]))
+    page = env.get_template("spawn_pending.html").render(spawner=spawner)
+    assert "Your server is starting up." in page
+    assert ('id="scalelab-queue-help"' in page) is explained
