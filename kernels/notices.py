@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,6 @@ def install(shell: Any) -> None:
     def show(*_args: Any) -> None:
         message = new_notice(os.environ.get(envvars.NOTICE_FILE), seen)
         if message:
-            print(f"ScaleLab: {message}", file=sys.stderr)
+            print(f"ScaleLab: {message}")  # a notice, not an error: normal output
 
     shell.events.register("pre_run_cell", show)

@@ -22,6 +22,7 @@ see :mod:`scalelab.envvars`) with, in addition:
 
 from __future__ import annotations
 
+import html
 import os
 import socket
 import sys
@@ -316,6 +317,19 @@ def ready_line(session: Any, environ: Mapping[str, str]) -> str:
     return line
 
 
+def ready_bundle(line: str, url: str | None) -> dict[str, str]:
+    """The ready line as a display bundle (pure): ``text/plain`` is ``line``; ``text/html`` the
+    same, escaped, with ``url`` (the Spark UI) as a link that opens in a new tab."""
+    markup = html.escape(line)
+    if url:
+        shown = html.escape(url)
+        link = (
+            f'<a href="{html.escape(url, quote=True)}" target="_blank" rel="noopener">{shown}</a>'
+        )
+        markup = markup.replace(shown, link, 1)
+    return {"text/plain": line, "text/html": f'<span class="scalelab-spark-ready">{markup}</span>'}
+
+
 def begin(namespace: MutableMapping[str, Any], shell: Any, log_dir: Path | None) -> str:
     """Start building ``spark`` in the background; put ``spark``/``sc`` in ``namespace``.
 
@@ -423,6 +437,9 @@ def _swap_when_ready(
             namespace["spark"] = session
         if isinstance(namespace.get("sc"), LazySparkContext):
             namespace["sc"] = session.sparkContext
-        print(line, file=sys.stderr)
+        from IPython.display import display
+
+        # Normal output, not stderr (it is no error), with the UI as a link to click.
+        display(ready_bundle(line, ui_url(session, environ)), raw=True)
 
     shell.events.register("post_run_cell", swap)

@@ -10,7 +10,6 @@ to fix, and a broken store's ``store`` raises that message at first use (Spark: 
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Mapping, MutableMapping
 from typing import Any
@@ -77,7 +76,7 @@ def _warn_before_cells(shell: Any) -> None:
     def warn(*_args: Any) -> None:
         message = session_warning(os.environ, time.time())
         if message:
-            print(message, file=sys.stderr)
+            print(message)  # a notice, not an error: normal output
 
     shell.events.register("pre_run_cell", warn)
 
@@ -121,8 +120,9 @@ def start(flavour: str, namespace: MutableMapping[str, Any]) -> None:
 
 
 def _show_with_first_cell(banner: str) -> None:
-    """Print ``banner`` (to stderr) in the first cell's output too: what a kernel prints while it
-    starts has no cell to go to, so the notebook would never show it."""
+    """Print ``banner`` in the first cell's output too (normal output, not stderr: it is no
+    error): what a kernel prints while it starts has no cell to go to, so the notebook would
+    never show it."""
     from IPython import get_ipython
 
     shell = get_ipython()
@@ -131,7 +131,7 @@ def _show_with_first_cell(banner: str) -> None:
 
     def show(*_args: Any) -> None:
         shell.events.unregister("pre_run_cell", show)
-        print(banner, file=sys.stderr)
+        print(banner)
 
     shell.events.register("pre_run_cell", show)
 

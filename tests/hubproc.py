@@ -195,7 +195,7 @@ async def execute(
     """Run ``code`` in a kernel through the server's kernel WebSocket (Jupyter messaging protocol).
 
     Returns ``{"status": ..., "result": text/plain of execute_result or None, "stdout": ...,
-    "error": (ename, evalue) or None}``.
+    "display": [each display_data's bundle], "error": (ename, evalue) or None}``.
     """
     url = f"ws://127.0.0.1:{hub.port}/user/{user}/api/kernels/{kernel_id}/channels"
     # tornado's default 20 s request timeout is too short for a kernel still starting (Spark,
@@ -231,7 +231,7 @@ async def execute(
             }
         )
     )
-    outcome: dict = {"status": None, "result": None, "stdout": "", "error": None}
+    outcome: dict = {"status": None, "result": None, "stdout": "", "error": None, "display": []}
     deadline = time.monotonic() + timeout_s
     idle = False
     try:
@@ -245,6 +245,8 @@ async def execute(
             kind, content = msg["msg_type"], msg["content"]
             if kind == "execute_result":
                 outcome["result"] = content["data"].get("text/plain")
+            elif kind == "display_data":
+                outcome["display"].append(content["data"])
             elif kind == "stream":
                 outcome[content["name"]] = outcome.get(content["name"], "") + content["text"]
             elif kind == "error":

@@ -36,8 +36,9 @@ class Kernel:
 
     def run(self, code: str, timeout_s: float = 300) -> dict:
         """Execute ``code``; returns ``stdout``, ``stderr``, ``result`` (text/plain or None),
-        ``error`` ((ename, evalue) or None) and ``status``."""
-        out: dict = {"stdout": "", "stderr": "", "result": None, "error": None}
+        ``display`` (each display_data's bundle, in order), ``error`` ((ename, evalue) or None)
+        and ``status``."""
+        out: dict = {"stdout": "", "stderr": "", "result": None, "error": None, "display": []}
 
         def hook(msg: dict) -> None:
             kind, content = msg["msg_type"], msg["content"]
@@ -45,6 +46,8 @@ class Kernel:
                 out[content["name"]] += content["text"]
             elif kind == "execute_result":
                 out["result"] = content["data"].get("text/plain")
+            elif kind == "display_data":
+                out["display"].append(content["data"])
             elif kind == "error":
                 out["error"] = (content["ename"], content["evalue"])
 

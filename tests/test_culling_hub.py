@@ -127,8 +127,8 @@ async def test_idle_gpu_is_warned_then_stopped_while_busy_gpu_and_kernel_are_not
     _wait(lambda: notice() is not None, 60, "bob is warned")
     assert f"Your GPU(s) {gpu_b} have been idle" in notice()["message"]
     out = await execute(hub, "bob", kernel_b["id"], "print('after the warning')")
-    assert f"ScaleLab: Your GPU(s) {gpu_b} have been idle" in out["stderr"]
-    assert "your files are kept" in out["stderr"]
+    assert f"ScaleLab: Your GPU(s) {gpu_b} have been idle" in out["stdout"]
+    assert "your files are kept" in out["stdout"]
 
     # carol's CPU server is idle; dave's kernel executes with no browser open
     hub.start_server("carol", {"profile": "cpu"})

@@ -24,7 +24,11 @@ def test_bad_store_url_leaves_the_kernel_alive_with_a_readable_message(
             timeout=120,
         )
         assert reply["content"]["status"] == "ok"
-        assert "".join(outputs).split() == ["2", "UnavailableStore"]
+        lines = "".join(outputs).splitlines()
+        assert lines[-2:] == ["2", "UnavailableStore"]
+        # The banner (normal output with the first cell) says what is wrong with the store.
+        banner = "\n".join(lines[:-2])
+        assert banner.startswith("ScaleLab pytorch kernel: ") and "nosuchproto" in banner
         assert km.is_alive()
     finally:
         kc.stop_channels()

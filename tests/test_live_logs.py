@@ -128,8 +128,10 @@ async def test_logs_follow_live_and_spark_ui_opens_through_the_hub(tmp_path: Pat
         kernel_id = kernel.json()["id"]
         out = await execute(hub, "bob", kernel_id, "spark.range(100).count()")
         assert out["result"] == "100", out
-        ui = re.search(r"Spark UI: (?P<url>(/user/bob/proxy/(\d+)/)\S*)", out.get("stderr", ""))
+        ready = " ".join(bundle.get("text/plain", "") for bundle in out["display"])
+        ui = re.search(r"Spark UI: (?P<url>(/user/bob/proxy/(\d+)/)\S*)", ready)
         assert ui, out
+        assert f'<a href="{ui["url"]}" target="_blank"' in out["display"][-1]["text/html"]
         # Opened exactly as printed: the UI's root would redirect to the hub's /jobs/ (404).
         page = requests.get(f"{hub.url}{ui['url']}", headers=hub.auth, timeout=60)
         assert page.status_code == 200

@@ -29,21 +29,26 @@ def test_first_cell_runs_while_spark_starts_then_spark_works(
         first = kernel.run("type(spark).__name__, spark.done(), 6 * 7")
         # The session takes seconds to build; the first cell did not wait for it.
         assert first["result"] == "('LazySparkSession', False, 42)"
-        assert "ScaleLab pyspark kernel: GPUs: GPU-fake-0000" in first["stderr"]
-        assert "starting in the background" in first["stderr"]
+        # ScaleLab's notices are normal output, not stderr (issue 13).
+        assert "ScaleLab pyspark kernel: GPUs: GPU-fake-0000" in first["stdout"]
+        assert "starting in the background" in first["stdout"]
+        assert "ScaleLab" not in first["stderr"]
 
         counted = kernel.run("spark.range(1000).selectExpr('sum(id)').first()[0]")
         assert counted["result"] == "499500", counted
-        ui = re.search(r"Spark UI: http://127\.0\.0\.1:(\d+)/jobs/", counted["stderr"])
-        assert ui, counted["stderr"]
-        assert counted["stderr"].count("Spark UI:") == 1
+        [ready] = counted["display"]
+        ui = re.search(r"Spark UI: http://127\.0\.0\.1:(\d+)/jobs/", ready["text/plain"])
+        assert ui, ready
+        link = f'<a href="http://127.0.0.1:{ui.group(1)}/jobs/" target="_blank" rel="noopener">'
+        assert link in ready["text/html"]
+        assert "Spark UI" not in counted["stderr"] + counted["stdout"]
 
         after = kernel.run(
             "type(spark).__name__, spark.conf.get('spark.ui.port'), sc.master, "
             "spark.conf.get('spark.driver.memory')"
         )
         assert after["result"] == f"('SparkSession', '{ui.group(1)}', 'local[2]', '1g')"
-        assert "Spark UI" not in after["stderr"]
+        assert after["display"] == []
 
         logs = list((tmp_path / "logs").glob("spark-driver-*.log"))
         assert len(logs) == 1
@@ -236,8 +241,8 @@ def test_tensorflow_kernel_says_memory_growth_is_on(
     with Kernel("scalelab-tensorflow", _env(kernel_environment, tmp_path)) as kernel:
         out = kernel.run("import os; os.environ['TF_FORCE_GPU_ALLOW_GROWTH']")
         assert out["result"] == "'true'"
-        assert "ScaleLab tensorflow kernel: CPU only" in out["stderr"]
-        assert "GPU memory growth on" in out["stderr"]
+        assert "ScaleLab tensorflow kernel: CPU only" in out["stdout"]
+        assert "GPU memory growth on" in out["stdout"]
 
 
 def test_two_drivers_on_one_machine_get_their_own_ui(
