@@ -14,8 +14,8 @@ see :mod:`scalelab.envvars`) with, in addition:
 
 - a Spark UI port of its own (``spark.ui.port``, a free port chosen at start, so many users'
   drivers on one machine never collide) and, under JupyterHub, ``spark.ui.proxyBase`` =
-  ``/user/<name>/proxy/<port>``, so the UI opens through the hub's proxy and
-  jupyter-server-proxy;
+  ``/user/<name>/sparkui/<port>``, so the UI opens through the hub's proxy and the student's
+  server (:mod:`scalelab.hub_ext.server.spark_ui`, jupyter-server-proxy's handler);
 - the driver's log4j log written to ``<log dir>/spark-driver-<pid>.log``
   (:func:`scalelab.common.logfiles.log_dir`), which the server extension streams live.
 """
@@ -84,7 +84,7 @@ def driver_conf(
         ``spark.ui.port`` of this driver; None leaves Spark's default (4040 and up).
     service_prefix
         ``JUPYTERHUB_SERVICE_PREFIX`` of the single-user server (``/user/alice/``); when set, the
-        UI is served through ``<prefix>proxy/<ui_port>`` (``spark.ui.proxyBase``).
+        UI is served through ``<prefix>sparkui/<ui_port>`` (``spark.ui.proxyBase``).
     log4j_file
         A log4j2 properties file for the driver JVM (``-Dlog4j2.configurationFile``).
 
@@ -98,17 +98,22 @@ def driver_conf(
         conf["spark.ui.port"] = str(ui_port)
         if service_prefix:
             conf["spark.ui.proxyBase"] = ui_proxy_path(service_prefix, ui_port).rstrip("/")
+            # The UI's redirects (its root, the logo: to /jobs/) go to <proxyBase>/jobs/ on
+            # the address the browser used, not to the hub's /jobs/.
+            conf["spark.ui.proxyRedirectUri"] = "/"
     if log4j_file is not None:
         conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j_file}"
     return conf
 
 
 def ui_proxy_path(service_prefix: str, port: int) -> str:
-    """Path of a Spark UI through jupyter-server-proxy.
+    """Path of a Spark UI behind the single-user server
+    (:mod:`scalelab.hub_ext.server.spark_ui`; not jupyter-server-proxy's ``proxy/<port>/``,
+    where the UI's own scripts take the port for the application id).
 
-    ``("/user/alice/", 4041)`` -> ``"/user/alice/proxy/4041/"``.
+    ``("/user/alice/", 4041)`` -> ``"/user/alice/sparkui/4041/"``.
     """
-    return f"{service_prefix.rstrip('/')}/proxy/{port}/"
+    return f"{service_prefix.rstrip('/')}/sparkui/{port}/"
 
 
 def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, str]:
@@ -282,7 +287,7 @@ def ui_url(session: Any, environ: Mapping[str, str]) -> str | None:
     Returns
     -------
     str or None
-        ``/user/<name>/proxy/<port>/jobs/`` under JupyterHub (a path on the hub's address),
+        ``/user/<name>/sparkui/<port>/jobs/`` under JupyterHub (a path on the hub's address),
         ``http://127.0.0.1:<port>/jobs/`` otherwise; None when the UI is off. The jobs page
         itself, not the UI's root: the root redirects to the absolute ``/jobs/``, which through
         the hub's proxy lands on the hub's root (404).

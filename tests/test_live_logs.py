@@ -129,7 +129,7 @@ async def test_logs_follow_live_and_spark_ui_opens_through_the_hub(tmp_path: Pat
         out = await execute(hub, "bob", kernel_id, "spark.range(100).count()")
         assert out["result"] == "100", out
         ready = " ".join(bundle.get("text/plain", "") for bundle in out["display"])
-        ui = re.search(r"Spark UI: (?P<url>(/user/bob/proxy/(\d+)/)\S*)", ready)
+        ui = re.search(r"Spark UI: (?P<url>(/user/bob/sparkui/(\d+)/)\S*)", ready)
         assert ui, out
         assert f'<a href="{ui["url"]}" target="_blank"' in out["display"][-1]["text/html"]
         # Opened exactly as printed: the UI's root would redirect to the hub's /jobs/ (404).
@@ -138,7 +138,7 @@ async def test_logs_follow_live_and_spark_ui_opens_through_the_hub(tmp_path: Pat
         assert "Spark Jobs" in page.text
         assert f"{ui.group(2)}static/" in page.text  # links go back through the proxy
         conf = await execute(hub, "bob", kernel_id, "spark.conf.get('spark.ui.proxyBase')")
-        assert conf["result"] == f"'/user/bob/proxy/{ui.group(3)}'"
+        assert conf["result"] == f"'/user/bob/sparkui/{ui.group(3)}'"
 
         logs = requests.get(f"{base}/scalelab/api/logs", headers=hub.auth, timeout=30).json()
         driver = [log["name"] for log in logs["logs"] if log["name"].startswith("spark-driver-")]

@@ -9,8 +9,13 @@ from scalelab.kernels.spark_session import driver_conf, session_conf, ui_proxy_p
 
 def test_ui_goes_through_the_servers_proxy_under_a_hub():
     conf = driver_conf(ui_port=41234, service_prefix="/user/alice/")
-    assert conf == {"spark.ui.port": "41234", "spark.ui.proxyBase": "/user/alice/proxy/41234"}
-    assert ui_proxy_path("/user/alice/", 41234) == "/user/alice/proxy/41234/"
+    assert conf == {
+        "spark.ui.port": "41234",
+        "spark.ui.proxyBase": "/user/alice/sparkui/41234",
+        # Spark's redirects (its root, the logo) under proxyBase, on the browser's address.
+        "spark.ui.proxyRedirectUri": "/",
+    }
+    assert ui_proxy_path("/user/alice/", 41234) == "/user/alice/sparkui/41234/"
     assert driver_conf(ui_port=41234) == {"spark.ui.port": "41234"}  # no hub: no proxy base
     assert driver_conf() == {}
 
@@ -28,7 +33,7 @@ def test_session_conf_from_the_hub_with_a_port_and_a_driver_log(tmp_path: Path):
     assert conf["spark.app.name"] == "scalelab-alice"
     port = int(conf["spark.ui.port"])
     assert 0 < port < 65536
-    assert conf["spark.ui.proxyBase"] == f"/user/alice/proxy/{port}"
+    assert conf["spark.ui.proxyBase"] == f"/user/alice/sparkui/{port}"
     props = conf["spark.driver.extraJavaOptions"].split("file:", 1)[1]
     text = Path(props).read_text()
     assert f"appender.file.fileName = {tmp_path / 'logs'}/spark-driver-" in text
@@ -55,6 +60,6 @@ def test_the_printed_ui_url_is_the_jobs_page_not_the_root_that_redirects_out_of_
 
     session = _FakeSession("http://10.0.0.5:41234")
     hub = {"JUPYTERHUB_SERVICE_PREFIX": "/user/alice/"}
-    assert ui_url(session, hub) == "/user/alice/proxy/41234/jobs/"
+    assert ui_url(session, hub) == "/user/alice/sparkui/41234/jobs/"
     assert ui_url(session, {}) == "http://127.0.0.1:41234/jobs/"
     assert ui_url(_FakeSession(None), hub) is None

@@ -1,0 +1,51 @@
+"""The Spark UI of a student's drivers behind the hub: ``<base_url>sparkui/<port>/``.
+
+jupyter-server-proxy serves any local port under ``<base_url>proxy/<port>/``, but the Spark UI's
+own pages cannot work there: their scripts (Spark's ``utils.js``, ``getStandAloneAppId``) take
+the path segment after a segment named ``proxy`` for the application id -- the convention of
+YARN's web proxy, ``/proxy/<application id>/`` -- so behind ``proxy/<port>/`` every REST call
+of the Executors, Environment, SQL and task-table pages asks for application ``<port>`` and
+gets a 404, and those pages stay blank or "Loading..." for ever. Under ``sparkui/<port>/``
+the scripts find no such segment and ask the UI's REST API for the application id, as Spark's
+UI does when it is reached directly.
+
+:class:`SparkUIProxyHandler` is jupyter-server-proxy's own ``LocalProxyHandler`` (the same
+authentication, WebSocket and header handling) at that path. The kernel sets
+``spark.ui.proxyBase`` to the same path (:func:`scalelab.kernels.spark_session.ui_proxy_path`)
+and ``spark.ui.proxyRedirectUri = "/"``, so Spark's own redirects (the UI's root and its logo,
+to ``jobs/``) stay under it; a redirect to any other path of the UI's is put under it by the
+handler.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyter_server.utils import url_path_join
+from jupyter_server_proxy.handlers import LocalProxyHandler
+
+#: The path segment of the Spark UI route, under the single-user server's base URL.
+SPARK_UI_SEGMENT = "sparkui"
+
+
+class SparkUIProxyHandler(LocalProxyHandler):
+    """jupyter-server-proxy's local proxy at ``<base_url>sparkui/<port>/<path>``."""
+
+    def _get_context_path(self, host: str, port: int) -> str:
+        # Where redirects (Location: /jobs/) are put back under: this route, not proxy/<port>.
+        return url_path_join(self.base_url, SPARK_UI_SEGMENT, str(port))
+
+    def _rewrite_location_header(self, location: str, host: str, port: int, path: str) -> str:
+        # Spark already puts its redirects under spark.ui.proxyBase (spark.ui.proxyRedirectUri
+        # = "/"); only a redirect outside this route is put under it.
+        context = self._get_context_path(host, port)
+        if location == context or location.startswith(context.rstrip("/") + "/"):
+            return location
+        return super()._rewrite_location_header(location, host, port, path)
+
+
+def setup(serverapp: Any) -> None:
+    """Add the ``sparkui/<port>/`` route to the single-user server's web application."""
+    web_app = serverapp.web_app
+    route = url_path_join(web_app.settings["base_url"], SPARK_UI_SEGMENT, r"(\d+)(/.*|)")
+    web_app.add_handlers(".*", [(route, SparkUIProxyHandler, {"absolute_url": False})])
