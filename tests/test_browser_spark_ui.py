@@ -18,7 +18,8 @@ from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
 
 #: A cell that leaves something on every page: jobs and stages, a cached table, a SQL query.
 CELL = """\
-spark.range(0, 20000, numPartitions=4).selectExpr('id', 'id % 7 AS k').createOrReplaceTempView('numbers')
+numbers = spark.range(0, 20000, numPartitions=4).selectExpr('id', 'id % 7 AS k')
+numbers.createOrReplaceTempView('numbers')
 spark.catalog.cacheTable('numbers')
 spark.table('numbers').count()
 spark.sql('SELECT k, count(*) AS n FROM numbers GROUP BY k ORDER BY k').collect()[0]"""
