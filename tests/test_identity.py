@@ -202,7 +202,7 @@ def test_up_as_root_with_an_unreachable_state_folder_refuses_other_machines(tmp_
     assert found, done.stderr
     assert (tmp_path / "state").is_relative_to(found[1]) and found[1] != str(tmp_path / "state")
     assert "--shared-identity" in done.stderr
-    assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700  # left as the hub's own
+    assert not (tmp_path / "state").exists()  # a refused start leaves no state folder it made
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the root rule of scalelab up: needs root (CI)")

@@ -848,16 +848,19 @@ def _serve(
             while not stop.is_set() and proc.poll() is None:
                 known = _descendants(proc.pid) or known
                 _reap_orphans(proc.pid)
-                everything = [psutil.Process(proc.pid), *_descendants(os.getpid())]
+                try:
+                    everything = [psutil.Process(proc.pid), *_descendants(os.getpid())]
+                except psutil.NoSuchProcess:  # the hub ended just now: the loop's test says so
+                    continue
                 if {p.pid for p in everything} != recorded:
                     _record(files, everything)
                     recorded = {p.pid for p in everything}
                 stop.wait(2)
-            if proc.poll() is not None:
-                print(
+            if proc.poll() is not None and not stop.is_set():
+                _say(  # the terminal may be gone too (EIO)
                     f"The hub exited unexpectedly. Last lines of {log_path}:\n"
                     + _log_tail(log_path, log_offset),
-                    file=out,
+                    out,
                 )
                 return 1
             _say("Stopping ScaleLab: servers, proxy, hub ...", out)
