@@ -126,8 +126,11 @@ class StoreView:
         """May the student create, change or delete the path with these parts?"""
         return len(parts) >= 2 and parts[:2] == [HOMES, self.user]
 
-    def check(self, path: str, write: bool = False) -> str:
+    def check(self, path: str, write: bool = False, verb: str = "") -> str:
         """Normalise ``path`` and check that the student may read (or, with ``write``, write) it.
+
+        ``verb`` names the action in a refusal (``"deleting"``, ``"moving"``); by default
+        ``"writing"`` or ``"reading"``.
 
         Returns
         -------
@@ -144,12 +147,12 @@ class StoreView:
         if write and not self.writable(parts):
             if parts and parts[0] == DATASETS:
                 raise StoreAccessError(
-                    f"writing {path!r} is not allowed: {DATASETS}/ is read-only; write to "
-                    f"{self.home}/... instead."
+                    f"{verb or 'writing'} {path!r} is not allowed: {DATASETS}/ is read-only; "
+                    f"write to {self.home}/... instead."
                 )
-            raise self._refuse(path, "writing")
+            raise self._refuse(path, verb or "writing")
         if not write and not self.readable(parts):
-            raise self._refuse(path, "reading")
+            raise self._refuse(path, verb or "reading")
         return "/".join(parts)
 
     def visible(self, path: str) -> bool:
@@ -164,7 +167,9 @@ class StoreView:
             return False
         return bool(parts) and self.readable(parts) and not is_part_name(parts[-1])
 
-    def check_target(self, root: str, target: str, path: str, write: bool = False) -> None:
+    def check_target(
+        self, root: str, target: str, path: str, write: bool = False, verb: str = ""
+    ) -> None:
         """Refuse a local path whose real location (symlinks resolved) leaves the allowed roots.
 
         Parameters
@@ -198,6 +203,6 @@ class StoreView:
             )
         if write and not self.writable(parts):
             raise StoreAccessError(
-                f"writing {path!r} is not allowed: it is a link to {rel!r}, which is read-only; "
-                f"write to {self.home}/... itself."
+                f"{verb or 'writing'} {path!r} is not allowed: it is a link to {rel!r}, which is "
+                f"read-only; write to {self.home}/... itself."
             )

@@ -114,9 +114,12 @@ _UNREACHABLE_TEXT = (
 
 
 # Which positional argument / keyword of each method is a store path, and how it is checked:
-# READ and WRITE the path itself; GLOB a pattern's fixed part (walkguard.fixed_part), for the
-# calls that expand it through the view's listing.
-READ, WRITE, GLOB = "read", "write", "glob"
+# READ and WRITE the path itself (DELETE and MOVE are writes, named so in a refusal); GLOB a
+# pattern's fixed part (walkguard.fixed_part), for the calls that expand it through the view's
+# listing.
+READ, WRITE, DELETE, MOVE, GLOB = "read", "write", "delete", "move", "glob"
+#: The action a refusal names, per kind of check.
+_VERBS = {READ: "reading", WRITE: "writing", DELETE: "deleting", MOVE: "moving", GLOB: "reading"}
 _METHODS: dict[str, tuple[tuple[int, str, str], ...]] = {
     **dict.fromkeys(
         "cat_file ukey checksum modified sign walk find du".split(),
@@ -125,11 +128,12 @@ _METHODS: dict[str, tuple[tuple[int, str, str], ...]] = {
     **dict.fromkeys("glob expand_path cat".split(), ((0, "path", GLOB),)),
     **dict.fromkeys("sizes cat_ranges".split(), ((0, "paths", READ),)),
     "get": ((0, "rpath", GLOB),),
-    **dict.fromkeys("rm_file rm delete rmdir touch".split(), ((0, "path", WRITE),)),
+    **dict.fromkeys("rm_file rm delete rmdir".split(), ((0, "path", DELETE),)),
+    "touch": ((0, "path", WRITE),),
     **dict.fromkeys("put_file put".split(), ((1, "rpath", WRITE),)),
     "cp_file": ((0, "path1", READ), (1, "path2", WRITE)),
     "copy": ((0, "path1", GLOB), (1, "path2", WRITE)),
-    "mv": ((0, "path1", WRITE), (1, "path2", WRITE)),
+    "mv": ((0, "path1", MOVE), (1, "path2", WRITE)),
 }
 
 
@@ -203,13 +207,14 @@ class StudentStore(DirFileSystem):
 
     # -- checks ------------------------------------------------------------------------------
 
-    def check(self, path: Any, write: bool = False, pattern: bool = False) -> None:
+    def check(self, path: Any, write: bool = False, pattern: bool = False, verb: str = "") -> None:
         """Refuse ``path`` (a string, list or dict of them) outside the student's part.
 
         On a local store the real location (symlinks resolved) is checked too: to be read it must
         be inside the home or ``datasets/``, to be written inside the home. With ``pattern``, a
         glob is checked by its fixed part (``walkguard.fixed_part``); the listing that expands it
-        shows only what may be read.
+        shows only what may be read. ``verb`` names the action in a refusal (``"deleting"``);
+        by default ``"writing"`` or ``"reading"``.
 
         Raises
         ------
@@ -221,9 +226,11 @@ class StudentStore(DirFileSystem):
             path = list(path)
         for p in [path] if isinstance(path, str) else path:
             stripped = self._strip_protocol(p)
-            norm = self.view.check(walkguard.fixed_part(stripped) if pattern else stripped, write)
+            fixed = walkguard.fixed_part(stripped) if pattern else stripped
+            norm = self.view.check(fixed, write, verb)
             if self.local:
-                self.view.check_target(self._real_root, self._real_path(norm), p, write=write)
+                target = self._real_path(norm)
+                self.view.check_target(self._real_root, target, p, write=write, verb=verb)
 
     def _real_path(self, norm: str) -> str:
         """Where the normalised ``norm`` is on a local store's disk, symlinks resolved."""
@@ -471,7 +478,8 @@ def _guarded(name: str, args_spec: tuple[tuple[int, str, str], ...]) -> Callable
         for index, key, how in args_spec:
             value = args[index] if len(args) > index else kwargs.get(key)
             if value is not None:
-                self.check(value, write=how == WRITE, pattern=how == GLOB)
+                writes = how in (WRITE, DELETE, MOVE)
+                self.check(value, write=writes, pattern=how == GLOB, verb=_VERBS[how])
         return self._call(lambda: base(self, *args, **kwargs))
 
     return method
