@@ -3,8 +3,9 @@
 PySpark reports many memory failures as a Java stack trace or an opaque Py4J error
 ("Connection refused", "Answer from Java side is empty"). :func:`explain` (pure) matches the
 failing cell's exception against known patterns and returns an :class:`Explanation` naming the
-Spark setting to change; :func:`install` registers an IPython ``post_run_cell`` hook that prints
-it once, in the failing cell's output, below the usual traceback.
+Spark setting to change; :func:`install` makes IPython show it once, first in the failing
+cell's output, above the traceback, whose hundreds of Java frames are folded to the first few
+of each run (:func:`fold_java_frames`; the driver's log keeps them all).
 
 =========================================  =========================================================
 failure                                    setting named
@@ -345,36 +346,103 @@ def driver_exit_status() -> int | None:
         return None
 
 
+#: Java frames kept at the head of each run of them in a shown trace; the rest are counted.
+JAVA_FRAMES_KEPT = 5
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_JAVA_FRAME = re.compile(r"^\s*at [\w$.<>/-]+\(.*\)\s*$")
+
+
+def fold_java_frames(text: str, keep: int = JAVA_FRAMES_KEPT) -> str:
+    """``text`` (one part of a shown traceback) with each run of Java stack frames
+    (``\tat org.apache.spark...(File.java:12)``) cut to its first ``keep`` lines and a line
+    counting the rest (pure). Exception lines and ``Caused by:`` lines are all kept; a text
+    without Java frames comes back as it was. Colour codes are looked through."""
+    out: list[str] = []
+    run = 0
+    left_out = 0
+
+    def close_run() -> None:
+        nonlocal left_out
+        if left_out:
+            out.append(f"\t... {left_out} more Java frames left out (the driver's log has them)")
+        left_out = 0
+
+    for line in text.split("\n"):
+        if _JAVA_FRAME.match(_ANSI.sub("", line)):
+            run += 1
+            if run <= keep:
+                out.append(line)
+            else:
+                left_out += 1
+            continue
+        close_run()
+        run = 0
+        out.append(line)
+    close_run()
+    return "\n".join(out)
+
+
 def install(shell: Any, namespace: Mapping[str, Any]) -> None:
-    """Print an :class:`Explanation` below each cell that failed with a known Spark failure.
+    """Show a known Spark failure's :class:`Explanation` first, above its traceback, whose
+    Java frames are folded (:func:`fold_java_frames`); other errors are shown as IPython shows
+    them.
 
     Parameters
     ----------
     shell
-        The kernel's ``InteractiveShell``; a ``post_run_cell`` hook is registered on it.
+        The kernel's ``InteractiveShell``: its handler of the exceptions a Spark failure
+        raises in a cell (``set_custom_exc``, for :func:`spark_exception_types`) becomes this
+        one.
     namespace
         The notebook's globals.
     """
 
-    def hook(result: Any) -> None:
-        error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
-        if error is None:
-            return
+    def handler(self: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None):
         try:
-            _explain_below(error, namespace)
+            explanation = _explanation(value, namespace)
         except Exception:  # noqa: BLE001 -- the cell's own error must stay the one shown
-            pass
+            explanation = None
+        if explanation is None:
+            self.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
+            return None
+        sys.last_type, sys.last_value, sys.last_traceback = etype, value, tb  # for %debug
+        print(explanation.text(), file=sys.stderr)
+        sys.stderr.flush()  # before the error itself: the explanation comes first
+        stb = self.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
+        self._showtraceback(etype, value, [fold_java_frames(part) for part in stb])
+        return None
 
-    shell.events.register("post_run_cell", hook)
+    shell.set_custom_exc(spark_exception_types(), handler)
 
 
-def _explain_below(error: BaseException, namespace: Mapping[str, Any]) -> None:
-    """Print the explanation of ``error`` to stderr, if there is one."""
+def spark_exception_types() -> tuple[type[BaseException], ...]:
+    """The exception classes a Spark failure raises in a cell: py4j's ``Py4JError`` (a Java
+    exception, a lost driver), PySpark's ``PySparkException``, :class:`SparkStartError`,
+    ``ConnectionError`` (a dead driver's socket) and ``AttributeError`` (a stopped session).
+    Never ``SyntaxError``: IPython's own display of a cell that does not parse is kept."""
+    from scalelab.kernels.spark_session import SparkStartError
+
+    found: list[type[BaseException]] = [SparkStartError, ConnectionError, AttributeError]
+    try:
+        from py4j.protocol import Py4JError
+
+        found.append(Py4JError)
+    except ImportError:
+        pass
+    try:
+        from pyspark.errors import PySparkException
+
+        found.append(PySparkException)
+    except ImportError:
+        pass
+    return tuple(found)
+
+
+def _explanation(error: BaseException, namespace: Mapping[str, Any]) -> Explanation | None:
+    """The explanation of ``error``, if it is a Spark failure we know."""
     description = describe(error)
     if "py4j" in description.lower():
         status = driver_exit_status()
         if status is not None:
             description += f"\n[driver JVM exited with code {status}]"
-    explanation = explain(description, _session_conf(namespace), os.environ)
-    if explanation is not None:
-        print(explanation.text(), file=sys.stderr)
+    return explain(description, _session_conf(namespace), os.environ)

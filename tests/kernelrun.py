@@ -36,12 +36,18 @@ class Kernel:
 
     def run(self, code: str, timeout_s: float = 300) -> dict:
         """Execute ``code``; returns ``stdout``, ``stderr``, ``result`` (text/plain or None),
-        ``display`` (each display_data's bundle, in order), ``error`` ((ename, evalue) or None)
-        and ``status``."""
+        ``display`` (each display_data's bundle, in order), ``error`` ((ename, evalue) or None),
+        ``traceback`` (the error's lines), ``order`` (``(kind, text)`` of each message as it
+        came: ``("stderr", "...")``, ``("error", "")``...) and ``status``."""
         out: dict = {"stdout": "", "stderr": "", "result": None, "error": None, "display": []}
+        out.update(traceback=[], order=[])
 
         def hook(msg: dict) -> None:
             kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                out["order"].append((content["name"], content["text"]))
+            else:
+                out["order"].append((kind, ""))
             if kind == "stream":
                 out[content["name"]] += content["text"]
             elif kind == "execute_result":
@@ -50,6 +56,7 @@ class Kernel:
                 out["display"].append(content["data"])
             elif kind == "error":
                 out["error"] = (content["ename"], content["evalue"])
+                out["traceback"] = content["traceback"]
 
         reply = self.kc.execute_interactive(code, timeout=timeout_s, output_hook=hook)
         out["status"] = reply["content"]["status"]

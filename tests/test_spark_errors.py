@@ -196,3 +196,32 @@ def test_a_session_used_after_stop_is_explained_as_stopped_not_as_a_dead_driver(
         explain("AttributeError: 'NoneType' object has no attribute 'sc' [__main__]", LOCAL, {})
         is None
     )
+
+
+def test_java_frames_are_folded_and_exception_lines_kept():
+    from scalelab.kernels.spark_errors import fold_java_frames
+
+    frames = [f"\tat org.apache.spark.Thing.method{i}(Thing.scala:{i})" for i in range(30)]
+    cause = [f"\tat java.base/java.lang.Thread.run{i}(Thread.java:{i})" for i in range(3)]
+    text = "\n".join(
+        [
+            "Py4JJavaError: An error occurred while calling o37.collectToPython.",
+            ": org.apache.spark.SparkException: Job aborted due to stage failure",
+            *frames,
+            "Caused by: java.lang.OutOfMemoryError: Java heap space",
+            *cause,
+            "\t... 12 more",
+        ]
+    )
+    folded = fold_java_frames(text, keep=5).splitlines()
+    assert folded[:2] == text.splitlines()[:2]
+    assert folded[2:7] == frames[:5]
+    assert folded[7] == "\t... 25 more Java frames left out (the driver's log has them)"
+    assert folded[8] == "Caused by: java.lang.OutOfMemoryError: Java heap space"
+    assert folded[9:12] == cause and folded[12] == "\t... 12 more"
+    coloured = "\x1b[0;31m\tat a.b.C.d(C.java:1)\x1b[0m"
+    assert fold_java_frames("\n".join([coloured] * 7), keep=5).count("\n") == 5
+    assert (
+        fold_java_frames("plain Python\n  File 'x.py', line 1")
+        == "plain Python\n  File 'x.py', line 1"
+    )

@@ -145,6 +145,7 @@ def test_max_result_size_python_worker_off_heap_and_a_dead_driver(
         assert big["stderr"].count(EXPLANATION) == 1
         assert "Setting to change: spark.driver.maxResultSize" in big["stderr"]
         assert "(1m)" in big["stderr"]
+        _explained_first(big)
 
         pandas = kernel.run(
             "pdf = spark.range(0, 2_000_000, numPartitions=4)"
@@ -233,6 +234,20 @@ def test_driver_out_of_memory_is_explained(kernel_environment: dict[str, str], t
         assert "Error in callback" not in out["stdout"]  # the explaining hook never fails
         assert "Setting to change: spark.driver.memory" in out["stderr"]
         assert "now 512m" in out["stderr"]
+        _explained_first(out)
+
+
+def _explained_first(out: dict) -> None:
+    """The explanation (stderr) came before the error, whose Java frames are folded; the
+    exception's own lines are kept (issue 13)."""
+    kinds = [kind for kind, _ in out["order"]]
+    explained = [i for i, (kind, text) in enumerate(out["order"]) if EXPLANATION in text]
+    assert explained and "error" in kinds, out["order"]
+    assert explained[0] < kinds.index("error"), out["order"]
+    trace = "\n".join(out["traceback"])
+    assert out["error"][0] in trace
+    java_frames = [line for line in trace.splitlines() if line.lstrip().startswith("at ")]
+    assert len(java_frames) <= 40, len(java_frames)
 
 
 def test_tensorflow_kernel_says_memory_growth_is_on(
