@@ -27,6 +27,7 @@ import os
 import socket
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Mapping, MutableMapping
 from concurrent.futures import Future
 from pathlib import Path
@@ -36,11 +37,26 @@ from scalelab import envvars
 from scalelab.kernels.spark_defaults import DEFAULT_DRIVER_MEMORY, DEFAULT_SPARK_MASTER, spark_conf
 
 #: log4j2 configuration of the driver: WARN and above to the console (the kernel's stderr, hence
-#: the server's log) and INFO and above to the driver's log file.
+#: the server's log) and INFO and above to the driver's log file. Known-harmless warnings are
+#: kept off the console (the file still has them): Hadoop's "Unable to load native-hadoop
+#: library" (its pure-Java code is used), Spark ML's "regParam is zero" (a plain least-squares
+#: fit, as Lab 1 does on purpose), and the shell's "Setting default log level to WARN" notice
+#: (``org.apache.spark.repl.Main`` at the root's level, so Spark does not reset it).
 LOG4J2_TEMPLATE = """\
 rootLogger.level = info
 rootLogger.appenderRef.console.ref = console
 rootLogger.appenderRef.file.ref = file
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = info
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = info
+logger.nativecode.name = org.apache.hadoop.util.NativeCodeLoader
+logger.nativecode.level = error
+logger.instrumentation.name = org.apache.spark.ml.util.Instrumentation
+logger.instrumentation.filter.harmless.type = RegexFilter
+logger.instrumentation.filter.harmless.regex = .*regParam is zero.*
+logger.instrumentation.filter.harmless.onMatch = DENY
+logger.instrumentation.filter.harmless.onMismatch = NEUTRAL
 appender.console.type = Console
 appender.console.name = console
 appender.console.target = SYSTEM_ERR
@@ -335,6 +351,23 @@ def ready_bundle(line: str, url: str | None) -> dict[str, str]:
     return {"text/plain": line, "text/html": f'<span class="scalelab-spark-ready">{markup}</span>'}
 
 
+#: Python warnings known to be harmless in a course kernel, silenced by their own text only
+#: (every other warning still shows): (category, message regex, why).
+HARMLESS_WARNINGS = (
+    (
+        FutureWarning,
+        r"PySpark does not yet fully support pandas >= 3",
+        "shown at every toPandas(); the labs' conversions are tested with this pandas",
+    ),
+)
+
+
+def silence_harmless_warnings() -> None:
+    """Filter out :data:`HARMLESS_WARNINGS` (``warnings.filterwarnings``, by message)."""
+    for category, message, _why in HARMLESS_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
+
+
 def begin(namespace: MutableMapping[str, Any], shell: Any, log_dir: Path | None) -> str:
     """Start building ``spark`` in the background; put ``spark``/``sc`` in ``namespace``.
 
@@ -354,6 +387,7 @@ def begin(namespace: MutableMapping[str, Any], shell: Any, log_dir: Path | None)
         The banner line about Spark.
     """
     environ = dict(os.environ)
+    silence_harmless_warnings()
     conf = session_conf(environ, log_dir)
     lazy = LazySparkSession(lambda: build_session(conf))
     namespace["spark"] = lazy

@@ -13,18 +13,31 @@ from jupyter_client.manager import KernelManager
 class Kernel:
     """One running kernel of kernelspec ``name`` with environment ``env``; use as a context."""
 
-    def __init__(self, name: str, env: Mapping[str, str], cwd: str | None = None):
+    def __init__(
+        self,
+        name: str,
+        env: Mapping[str, str],
+        cwd: str | None = None,
+        output: os.PathLike[str] | None = None,
+    ):
+        """``output``: a file for the kernel process's own stdout and stderr (its JVM's too);
+        None: the test process's."""
         # Kernelspecs from the kernel's JUPYTER_PATH (the test process's may differ).
         dirs = [f"{d}/kernels" for d in env.get("JUPYTER_PATH", "").split(os.pathsep) if d]
         ksm = KernelSpecManager(kernel_dirs=dirs) if dirs else KernelSpecManager()
         self.km = KernelManager(kernel_name=name, kernel_spec_manager=ksm)
         self.env = dict(env)
         self.cwd = cwd
+        self.output = output
         self.started_at = 0.0
 
     def __enter__(self) -> Kernel:
         self.started_at = time.monotonic()
-        self.km.start_kernel(env=self.env, cwd=self.cwd)
+        if self.output is None:
+            self.km.start_kernel(env=self.env, cwd=self.cwd)
+        else:
+            with open(self.output, "ab") as out:  # the kernel keeps its own copy of the fd
+                self.km.start_kernel(env=self.env, cwd=self.cwd, stdout=out, stderr=out)
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=180)
