@@ -76,6 +76,7 @@ def run_student_and_reference(
     overrides: str = "",
     results: tuple[str, ...] = (),
     timeout_s: int = 1200,
+    shown: list[str] | None = None,
 ) -> tuple[dict, list[int]]:
     """Execute a lab's student version and its instructor (reference) version in one kernel.
 
@@ -88,7 +89,8 @@ def run_student_and_reference(
     have at that point.
 
     Returns the named results (evaluated after the last cell) and the indices of the stub cells
-    that raised ``NotImplementedError``.
+    that raised ``NotImplementedError``. ``shown``, when given, gets every executed cell's
+    visible text: its streams and the ``text/plain`` of its results and displays.
     """
     ref = nbformat.read(source, as_version=4)
     stu = nbformat.read(student, as_version=4)
@@ -128,8 +130,19 @@ def run_student_and_reference(
                 assert exc.ename == "NotImplementedError", f"student cell {i}: {exc}"
                 stubs_hit.append(i)
             client.execute_cell(r, i)
+    if shown is not None:
+        for s, r in pairs:
+            for cell in (s,) if s is r else (s, r):
+                shown.extend(_visible_text(out) for out in cell.get("outputs", []))
     text = "".join(
         out.get("text", "") for out in last.outputs if out.get("output_type") == "stream"
     )
     line = next(ln for ln in text.splitlines() if ln.startswith(RESULT_MARK))
     return json.loads(line[len(RESULT_MARK) :]), stubs_hit
+
+
+def _visible_text(output: dict) -> str:
+    """What a student reads of one output: a stream's text, a result's or display's text/plain."""
+    if output.get("output_type") == "stream":
+        return output.get("text", "")
+    return str(output.get("data", {}).get("text/plain", ""))

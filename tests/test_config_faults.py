@@ -130,7 +130,7 @@ def test_doctor_reports_a_syntax_error_as_a_failed_check_and_runs_the_others(tmp
         "(nc_syn.py, line 1)\n"
         f"       fix: Correct the Python syntax at line 1 of {config}." in out
     )
-    assert "[ ok ] Java: " in out and "[ ok ] Course store: " in out  # the rest still checked
+    assert "[ ok ] Java: " in out and "] Course store: " in out  # the rest still checked
     assert out.rstrip().endswith("1 check(s) failed: Configuration")
     assert "Traceback" not in out + result.stderr
 

@@ -24,6 +24,7 @@ import pytest
 from scalelab.commands.doctor import (
     FAIL,
     OK,
+    WARN,
     check_database,
     check_homes,
     check_ports,
@@ -130,7 +131,7 @@ def test_doctor_on_an_existing_state_folder_changes_nothing_and_names_taken_hub_
     assert f"fix: Stop that program, or change c.JupyterHub.hub_port in {mine}" in out
     assert f"[FAIL] Proxy API port: port {api} on 127.0.0.1 is already in use by {me}" in out
     assert f"fix: Stop that program, or change c.ConfigurableHTTPProxy.api_url in {mine}" in out
-    assert f"[ ok ] Course store: {(state / 'store').as_uri()} is reachable (1 entries" in out
+    assert f"[warn] Course store: {(state / 'store').as_uri()} is reachable (1 entries" in out
     assert "[ ok ] Port: " in out
     assert out.rstrip().endswith("2 check(s) failed: Hub port, Proxy API port"), out
 
@@ -165,7 +166,10 @@ def test_a_local_store_that_is_a_file_fails_and_one_that_exists_is_listed(tmp_pa
     good = check_store((tmp_path / "store").as_uri(), {})
     assert snapshot(tmp_path) == before
     assert bad.status == FAIL and "is not a folder" in bad.detail, bad
-    assert good.status == OK and "reachable (2 entries at its root)" in good.detail, good
+    # Reachable, but without the course's data sets: a warning naming them and the fetch.
+    assert good.status == WARN and "reachable (2 entries at its root)" in good.detail, good
+    assert "lacks data sets: fashion-mnist, millionsong" in good.detail
+    assert good.fix == f"{FETCH} {(tmp_path / 'store').as_uri()}"
 
 
 def test_missing_homes_are_left_to_the_first_login_and_never_created(tmp_path: Path):
@@ -334,3 +338,13 @@ def test_a_hub_address_that_is_not_this_machines_names_its_setting(tmp_path: Pat
     check = _by_name(check_ports(s.ports, our_pids=set()))["Hub port"]
     assert check.status == FAIL and check.detail.startswith("cannot listen on 192.0.2.1:"), check
     assert check.fix == f"Use an address of this machine: c.JupyterHub.hub_ip in {mine}."
+
+
+def test_a_store_with_the_course_data_sets_passes_and_is_left_as_it_was(course_store: str):
+    from scalelab.spawner.local import local_store_root
+
+    folder = local_store_root(course_store)
+    before = sorted((p, p.stat().st_mtime_ns) for p in folder.rglob("*"))
+    check = check_store(course_store, {})
+    assert check.status == OK and check.detail.endswith("; it holds the course data sets"), check
+    assert sorted((p, p.stat().st_mtime_ns) for p in folder.rglob("*")) == before

@@ -18,11 +18,13 @@ def test_lab1_student_and_reference_versions_run_on_the_real_subset(
     tmp_path: Path, kernel_environment
 ):
     name = "lab1_millionsong_regression.ipynb"
+    shown: list[str] = []
     results, stubs = run_student_and_reference(
         NOTEBOOKS / name,
         NOTEBOOKS / "release" / name,
         workdir=tmp_path,
         env=kernel_environment,
+        shown=shown,
         results=(
             "num_points", "num_features", "f03_sum", "min_year", "rmse_baseline", "rmse_lr",
             "r2_lr", "gd_rel_error", "gd_iterations", "rmse_tuned", "r2_tuned", "best_degree",
@@ -46,6 +48,14 @@ def test_lab1_student_and_reference_versions_run_on_the_real_subset(
     assert results["rmse_tuned"] < results["rmse_baseline"]
     assert results["best_degree"] in (1, 2)
     assert 0 < results["r2_tuned"] < 1
+    _reads_cleanly(shown)
+
+
+def _reads_cleanly(shown: list[str]) -> None:
+    """No output shows a library's internals instead of the value (issue 13)."""
+    text = "\n".join(shown)
+    for internal in ("np.float64(", "<torch._C.Generator", "does not yet fully support pandas"):
+        assert internal not in text, internal
 
 
 @pytest.mark.lab
@@ -54,11 +64,13 @@ def test_lab2_student_and_reference_versions_in_cpu_smoke_mode_reach_88_percent(
     tmp_path: Path, kernel_environment
 ):
     name = "lab2_fashion_mnist_convnet.ipynb"
+    shown: list[str] = []
     results, stubs = run_student_and_reference(
         NOTEBOOKS / name,
         NOTEBOOKS / "release" / name,
         workdir=tmp_path,
         env=kernel_environment,
+        shown=shown,
         overrides='EPOCHS = 2\nTORCH_EPOCHS = 1\nCHALLENGE = "smoke"',
         results=(
             "EPOCHS", "test_accuracy", "torch_test_accuracy", "most_confused", "mode",
@@ -74,3 +86,4 @@ def test_lab2_student_and_reference_versions_in_cpu_smoke_mode_reach_88_percent(
     # The reference solution's CPU smoke mode.
     assert results["challenge_accuracy"] >= 0.88
     assert results["challenge_train_s"] > 0
+    _reads_cleanly(shown)

@@ -167,12 +167,15 @@ def _with_timeout(fn: Callable[[], Any], timeout_s: float) -> Any:
 def check_store(
     store_url: str, store_options: Mapping[str, Any], timeout_s: float = CHECK_TIMEOUT_S
 ) -> Check:
-    """The course store: it exists and its root can be listed within ``timeout_s``.
+    """The course store: it exists, its root can be listed within ``timeout_s``, and it holds
+    the course's data sets.
 
     A local store (``file://`` URL or plain path, relative ones against this folder) is looked
     at on disk and never created: a missing one fails, and its fix is the
     ``scalelab data fetch`` that makes it and fills it. Any other store is opened through
-    fsspec (:func:`scalelab.store.open_store`) and its root listed. Never raises.
+    fsspec (:func:`scalelab.store.open_store`) and its root listed. A reachable store without
+    every data set (:func:`scalelab.store.missing_datasets`) is a warning naming them, with the
+    fetch command as its fix. Never raises.
     """
     from scalelab.spawner.local import local_store_root
 
@@ -184,7 +187,8 @@ def check_store(
         return Check("Course store", FAIL, "no store URL is configured", fix)
     local = local_store_root(store_url)
     if local is not None:
-        return _check_local_store(store_url, local, timeout_s)
+        reached = _check_local_store(store_url, local, timeout_s)
+        return _with_datasets(reached, store_url, store_options)
 
     def probe() -> int:
         from scalelab.store import open_store
@@ -199,7 +203,33 @@ def check_store(
     except Exception as exc:  # noqa: BLE001 -- each fsspec back end raises its own errors
         detail = f"{store_url} cannot be read: {type(exc).__name__}: {str(exc)[:200]}"
         return Check("Course store", FAIL, detail, fix)
-    return Check("Course store", OK, f"{store_url} is reachable ({entries} entries at its root)")
+    reached = Check("Course store", OK, f"{store_url} is reachable ({entries} entries at its root)")
+    return _with_datasets(reached, store_url, store_options)
+
+
+def _with_datasets(check: Check, store_url: str, store_options: Mapping[str, Any]) -> Check:
+    """``check`` (a reachable store's), or a warning when the store lacks course data sets.
+
+    Reads only (the data sets' manifests); a store that cannot be read for this keeps
+    ``check`` as it was, since reaching it was checked already.
+    """
+    if check.status != OK:
+        return check
+    url = store_url
+    try:
+        from scalelab.store import missing_datasets, open_store
+
+        missing = _with_timeout(
+            lambda: missing_datasets(open_store(url, store_options)), CHECK_TIMEOUT_S
+        )
+    except Exception:  # noqa: BLE001 -- reaching it was the check; this is advice on top
+        return check
+    if not missing:
+        return Check(check.name, OK, f"{check.detail}; it holds the course data sets")
+    fix = f"scalelab data fetch {' '.join(missing)} --store {shlex.quote(url)}"
+    return Check(
+        check.name, WARN, f"{check.detail}, but lacks data sets: {', '.join(missing)}", fix
+    )
 
 
 def fetch_command(store_url: str) -> str:
