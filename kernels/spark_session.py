@@ -317,14 +317,14 @@ def ui_url(session: Any, environ: Mapping[str, str]) -> str | None:
     return f"{root}jobs/"
 
 
-def ready_line(session: Any, environ: Mapping[str, str]) -> str:
-    """The line that tells the notebook Spark is ready, and where its UI is.
+def ready_line(session: Any, url: str | None) -> str:
+    """The line that tells the notebook Spark is ready, and where its UI is (``url``, from
+    :func:`ui_url`; None: the UI is off).
 
     If another process took the chosen ``spark.ui.port`` between the choice and Spark's bind
     (Spark then moves to the next port), the UI's links do not match ``spark.ui.proxyBase``: the
     line says so and how to get a fresh port.
     """
-    url = ui_url(session, environ)
     line = f"Spark {session.version} is ready ({session.sparkContext.master})"
     if not url:
         return line
@@ -469,7 +469,8 @@ def _swap_when_ready(
         except Exception:  # noqa: BLE001 -- explained when a cell touches `spark`
             return
         try:
-            line = ready_line(session, environ)  # asks the driver JVM (UI address, version)
+            url = ui_url(session, environ)  # asks the driver JVM (UI address, version)
+            line = ready_line(session, url)
         except Exception:  # noqa: BLE001 -- the JVM died in that cell: its error explains it
             return
         if namespace.get("spark") is lazy:
@@ -479,6 +480,6 @@ def _swap_when_ready(
         from IPython.display import display
 
         # Normal output, not stderr (it is no error), with the UI as a link to click.
-        display(ready_bundle(line, ui_url(session, environ)), raw=True)
+        display(ready_bundle(line, url), raw=True)
 
     shell.events.register("post_run_cell", swap)

@@ -106,8 +106,8 @@ print(json.dumps({{"outcome": outcome, "allowed": allowed, "detail": detail}}))
 @pytest.fixture(scope="module")
 def hub() -> Iterator[ScaleLabUp]:
     remove_users(STUDENTS)
-    # Not pytest's tmp_path: its /tmp/pytest-of-root is 0700, which the students' users cannot
-    # enter (scalelab up would then run a single-user trial, see test_identity.py).
+    # Not pytest's tmp_path: pytest's own folder of the user's is 0700, which the students'
+    # users cannot enter (scalelab up would then run a single-user trial, see test_identity.py).
     base = Path(tempfile.mkdtemp(prefix="scalelab-isolation-"))
     base.chmod(0o711)  # as /var/lib is: others may enter it
     up = ScaleLabUp(base / "state", shared_identity=False)

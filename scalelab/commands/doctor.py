@@ -215,18 +215,17 @@ def _with_datasets(check: Check, store_url: str, store_options: Mapping[str, Any
     """
     if check.status != OK:
         return check
-    url = store_url
     try:
         from scalelab.store import missing_datasets, open_store
 
         missing = _with_timeout(
-            lambda: missing_datasets(open_store(url, store_options)), CHECK_TIMEOUT_S
+            lambda: missing_datasets(open_store(store_url, store_options)), CHECK_TIMEOUT_S
         )
     except Exception:  # noqa: BLE001 -- reaching it was the check; this is advice on top
         return check
     if not missing:
         return Check(check.name, OK, f"{check.detail}; it holds the course data sets")
-    fix = f"scalelab data fetch {' '.join(missing)} --store {shlex.quote(url)}"
+    fix = f"scalelab data fetch {' '.join(missing)} --store {shlex.quote(store_url)}"
     return Check(
         check.name, WARN, f"{check.detail}, but lacks data sets: {', '.join(missing)}", fix
     )

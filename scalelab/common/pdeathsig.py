@@ -45,12 +45,7 @@ def set_parent_death_signal(sig: int = signal.SIGTERM) -> bool:
     bool
         True when set; False off Linux or where ``prctl`` cannot be called.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        return _prctl()(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
+    return _set(PR_SET_PDEATHSIG, int(sig))
 
 
 def become_subreaper() -> bool:
@@ -66,10 +61,15 @@ def become_subreaper() -> bool:
     bool
         True when set; False off Linux or where ``prctl`` cannot be called.
     """
+    return _set(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def _set(option: int, value: int) -> bool:
+    """``prctl(option, value)``: True when set; False off Linux or where it cannot be called."""
     if not sys.platform.startswith("linux"):
         return False
     try:
-        return _prctl()(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return _prctl()(option, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 
