@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -382,6 +383,20 @@ def fold_java_frames(text: str, keep: int = JAVA_FRAMES_KEPT) -> str:
     return "\n".join(out)
 
 
+#: Seconds to wait for a driver whose connection broke to end, for its exit status.
+DRIVER_EXIT_WAIT_S = 2.0
+
+
+def _exit_status_within(seconds: float) -> int | None:
+    """:func:`driver_exit_status`, waited for up to ``seconds`` (None: still running)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        status = driver_exit_status()
+        if status is not None or time.monotonic() >= deadline:
+            return status
+        time.sleep(0.05)
+
+
 def install(shell: Any, namespace: Mapping[str, Any]) -> None:
     """Show a known Spark failure's :class:`Explanation` first, above its traceback, whose
     Java frames are folded (:func:`fold_java_frames`); other errors are shown as IPython shows
@@ -443,6 +458,10 @@ def _explanation(error: BaseException, namespace: Mapping[str, Any]) -> Explanat
     description = describe(error)
     if "py4j" in description.lower():
         status = driver_exit_status()
+        if status is None and "Py4JJavaError" not in description:
+            # The connection to the driver broke (no Java exception came back): its process
+            # may take a moment more to end after its socket closed.
+            status = _exit_status_within(DRIVER_EXIT_WAIT_S)
         if status is not None:
             description += f"\n[driver JVM exited with code {status}]"
     return explain(description, _session_conf(namespace), os.environ)
