@@ -38,6 +38,7 @@ from jupyterhub.spawner import LocalProcessSpawner, SpawnException
 from traitlets import Bool, Unicode, default
 
 from scalelab import envvars
+from scalelab.common.processes import pid_runs
 from scalelab.spawner.course import CourseSpawnerMixin
 from scalelab.spawner.homes import make_home
 from scalelab.spawner.server_logs import ServerLogMixin, server_log_path
@@ -224,6 +225,19 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
         # JupyterHub clears a server's state when it stopped or died, and before a new start.
         super().clear_state()
         self._remove_runtime_dir()
+
+    async def _signal(self, sig):
+        """JupyterHub's signal to the server's process, where a zombie counts as gone.
+
+        A server started before the hub's restart is not the hub's child: when it dies, only
+        its new parent (``scalelab up``, or PID 1) can reap it, and a PID 1 that never reaps
+        (a container without an init) leaves a zombie. ``kill(pid, 0)`` still succeeds on a
+        zombie, so JupyterHub's poll would call a dead server running and keep its GPUs.
+
+        Returns True while the process exists and is not a zombie (JupyterHub's contract)."""
+        if sig == 0 and self.pid and not pid_runs(self.pid):
+            return False
+        return await super()._signal(sig)
 
     def start_failure_home(self) -> str | None:
         try:

@@ -38,11 +38,11 @@ def _queue(hub: PlainHub) -> list[str]:
     return [q["user"] for q in hub.api("GET", "/scalelab/gpus").json()["queue"]]
 
 
-def _until(check, timeout_s: float = 90) -> None:
+def _until(check, hub: PlainHub, timeout_s: float = 90) -> None:
     deadline = time.monotonic() + timeout_s
     while not check() and time.monotonic() < deadline:
         time.sleep(1)
-    assert check()
+    assert check(), (hub.state / "hub.log").read_text()[-4000:]
 
 
 @pytest.mark.integration
@@ -69,7 +69,7 @@ def test_restart_keeps_every_gpu_and_the_queue_and_frees_the_dead_ones(tmp_path:
                 "POST", f"/users/{user}/server", json={"user_options": {"profile": "gpu-1"}}
             )
             assert answer.status_code == 202, answer.text
-            _until(lambda u=user: u in _queue(hub))
+            _until(lambda u=user: u in _queue(hub), hub)
         assert _queue(hub) == ["carol", "dave"]
         saved = json.loads(queue_file.read_text())["queue"]
         assert [(q["user"], q["user_options"]) for q in saved] == [
@@ -90,14 +90,14 @@ def test_restart_keeps_every_gpu_and_the_queue_and_frees_the_dead_ones(tmp_path:
         log = (tmp_path / "state" / "hub.log").read_text()
         assert "2 request(s) restored from" in log
         # bob's GPU goes to carol, the head of the restored queue; dave still waits, first now
-        _until(lambda: hub.holders() == {alice_gpu: "alice", bob_gpu: "carol"})
+        _until(lambda: hub.holders() == {alice_gpu: "alice", bob_gpu: "carol"}, hub)
         assert _queue(hub) == ["dave"]
         carol = hub.api("GET", "/users/carol").json()["servers"][""]
-        _until(lambda: hub.api("GET", "/users/carol").json()["servers"][""]["ready"])
+        _until(lambda: hub.api("GET", "/users/carol").json()["servers"][""]["ready"], hub)
         assert carol["user_options"] == saved[0]["user_options"]
         # alice stops: her GPU goes to dave; never a GPU given twice
         assert hub.api("DELETE", "/users/alice/server").status_code in (202, 204)
-        _until(lambda: hub.holders() == {alice_gpu: "dave", bob_gpu: "carol"})
+        _until(lambda: hub.holders() == {alice_gpu: "dave", bob_gpu: "carol"}, hub)
         assert json.loads(queue_file.read_text())["queue"] == []
         for user in ("carol", "dave"):
             hub.api("DELETE", f"/users/{user}/server")

@@ -29,6 +29,7 @@ import psutil
 import pytest
 import requests
 
+from scalelab.common.processes import pid_runs
 from scalelab.spawner.system_users import NO_LOGIN
 from tests.hubproc import ScaleLabUp, execute, server_process
 from tests.sysusers import MARKS, remove_users
@@ -118,7 +119,11 @@ def hub() -> Iterator[ScaleLabUp]:
         yield up
         uids = {pwd.getpwnam(f"jupyter-{user}").pw_uid for user in STUDENTS}
         assert up.interrupt() == 0
-        left = [p.pid for p in psutil.process_iter() if p.uids().effective in uids]
+        theirs = [p for p in psutil.process_iter() if p.uids().effective in uids]
+        # a moment for the last ones to exit; a zombie (ended, not reaped by a PID 1 without
+        # an init) runs nothing and holds nothing
+        _, alive = psutil.wait_procs(theirs, timeout=5)
+        left = [p.pid for p in alive if pid_runs(p.pid)]
         assert left == [], f"processes of the students' users outlived the hub: {left}"
     finally:
         up.kill()

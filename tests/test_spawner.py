@@ -3,12 +3,16 @@ discovery on this (GPU-less) machine."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import subprocess
+import time
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import SimpleNamespace
 
+import psutil
 import pytest
 from jupyterhub.objects import Hub
 from jupyterhub.spawner import LocalProcessSpawner, Spawner
@@ -21,6 +25,7 @@ from scalelab.kernels.spark_defaults import (
 )
 from scalelab.spawner import CourseSpawnerMixin, ScaleLabSpawner
 from scalelab.spawner.environment import server_args, server_environment
+from scalelab.spawner.gpu_pool import GPUPool
 from scalelab.spawner.gpu_spawner import GPUSpawnerMixin
 from scalelab.spawner.inventory import discover_nvml
 
@@ -199,3 +204,27 @@ def test_the_store_url_error_names_the_spawner_class_in_use():
     spawner = CourseOnOtherBackend(hub=Hub(), user=SimpleNamespace(name="a", url="/user/a/"))
     with pytest.raises(ValueError, match=r"c\.CourseOnOtherBackend\.store_url is not set"):
         spawner.get_env()
+
+
+def test_a_resumed_server_whose_process_is_a_zombie_is_dead(tmp_path: Path, monkeypatch):
+    """A server started before a hub restart is not the hub's child; where its new parent
+    never reaps it (PID 1 in a container without an init), it ends as a zombie, which
+    ``kill(pid, 0)`` still finds. JupyterHub's poll must still call it dead (status 0)."""
+    for name, value in (("_current", None), ("_building", None), ("_restores", [])):
+        monkeypatch.setattr(GPUPool, name, value)  # a pool of this test's own
+    running = subprocess.Popen(["sleep", "60"])
+    ended = subprocess.Popen(["true"])  # never waited for here: a zombie once it exits
+    try:
+        deadline = time.monotonic() + 10
+        while psutil.Process(ended.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "the child never became a zombie"
+            time.sleep(0.05)
+        for proc, expected in ((running, None), (ended, 0)):
+            spawner = _spawner(tmp_path, "alice")
+            spawner.gpu_queue_file = str(tmp_path / "gpu-queue.json")
+            spawner.load_state({"pid": proc.pid})  # resumed: no Popen handle, only the pid
+            assert asyncio.run(spawner.poll()) == expected
+    finally:
+        running.kill()
+        running.wait()
+        ended.wait()

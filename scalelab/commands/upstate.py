@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 
 from scalelab.commands.state_files import StateFolder
+from scalelab.common.processes import pid_runs
 
 
 def make_state_dir(path: Path, subfolders: Iterable[str] = ()) -> str | None:
@@ -308,12 +309,7 @@ class SavedServer:
 
     def alive(self) -> bool:
         """Whether its pid runs (and is no zombie)."""
-        if self.pid is None:
-            return False
-        try:
-            return psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            return False
+        return self.pid is not None and pid_runs(self.pid)
 
 
 def saved_servers(database: Path) -> list[SavedServer]:
