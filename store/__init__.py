@@ -3,7 +3,8 @@
 Public API (``scalelab.store``):
 
 - :func:`open_store` -- an fsspec file system rooted at the course store
-  (:class:`StoreFileSystem`, which keeps a trailing ``/`` as fsspec's own file systems do);
+  (:class:`StoreFileSystem`, which keeps a trailing ``/`` as fsspec's own file systems do); in
+  a student's server, without a URL, their guarded view (as :func:`student_store`);
 - :func:`student_store` -- a student's part of it: ``home/<user>`` read-write, ``datasets/``
   read-only (also the JupyterLab drive, protocol ``scalelab://``);
 - :func:`check_store` -- the cheap up-front check a kernel runs at start;
@@ -52,13 +53,14 @@ _PUBLIC = {
             "ENV_STORE_OPTIONS",
             "ENV_STORE_URL",
             "StoreFileSystem",
-            "open_store",
             "store_settings",
             "store_url",
         ],
         "scalelab.store.access.fs",
     ),
-    **dict.fromkeys(["StudentStore", "student_store"], "scalelab.store.access.student"),
+    **dict.fromkeys(
+        ["StudentStore", "open_store", "student_store"], "scalelab.store.access.student"
+    ),
 }
 __all__ = sorted(_PUBLIC)
 

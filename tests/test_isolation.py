@@ -5,10 +5,10 @@ A real ``scalelab up`` (no ``--shared-identity``) as root makes ``jupyter-alice`
 isolation drill found open before (issue 11): bob's server token in ``/proc/<pid>/environ``, the
 hub's and the proxy's environment, signalling bob's server, the hub's secrets in the state folder
 (config, cookie secret, database, logs, the operator's ``--config`` file), bob's home, and bob's
-folder in the local course store through the raw file system, ``open_store()``,
-``student_store("bob")``, a changed ``JUPYTERHUB_USER`` and ``store.fs``; writing into
-``datasets/``. Each of the :data:`ATTEMPTS` must be refused by the operating system; alice's own
-home, store folder and the data sets keep working.
+folder in the local course store through the raw file system, ``open_store(url)`` (unguarded;
+``open_store()`` is her guarded view), ``student_store("bob")``, a changed ``JUPYTERHUB_USER``
+and ``store.fs``; writing into ``datasets/``. Each of the :data:`ATTEMPTS` must be refused by
+the operating system; alice's own home, store folder and the data sets keep working.
 
 Needs root, to make system users (CI runs as root): skipped, with that reason, otherwise. The
 users it makes are removed at the end.
@@ -39,6 +39,8 @@ pytestmark = MARKS
 STUDENTS = ("alice", "bob")
 SECRET = "bob's secret answer 42"
 
+#: The whole store, unguarded (an explicit URL), as ops open it: only the OS keeps alice out.
+RAW_STORE = "open_store(os.environ['SCALELAB_STORE_URL'])"
 #: What alice's kernel tries; each entry: (name, Python statement that must raise).
 ATTEMPTS: list[tuple[str, str]] = [
     ("bob's server environ (API token)", "open(f'/proc/{bob_pid}/environ').read()"),
@@ -63,8 +65,8 @@ ATTEMPTS: list[tuple[str, str]] = [
         "open(f'{store_dir}/datasets/demo/part.csv', 'w').write('x')",
     ),
     ("raw: delete a data set file", "os.remove(f'{store_dir}/datasets/demo/part.csv')"),
-    ("open_store(): bob's file", "open_store().cat_file('home/bob/secret.txt')"),
-    ("open_store(): write datasets/", "open_store().pipe_file('datasets/x.csv', b'x')"),
+    ("open_store(url): bob's file", f"{RAW_STORE}.cat_file('home/bob/secret.txt')"),
+    ("open_store(url): write datasets/", f"{RAW_STORE}.pipe_file('datasets/x.csv', b'x')"),
     ("student_store('bob')", "student_store('bob').cat_file('home/bob/secret.txt')"),
     (
         "JUPYTERHUB_USER=bob",

@@ -11,8 +11,8 @@ data set file in ``datasets/`` are put there with the admin key.
 
 From alice's PySpark kernel, code tries six things -- read bob's file, list bob's home, write
 into bob's home, delete bob's file, write into ``datasets/``, copy bob's file into her home --
-each through five means: ``student_store()``, ``open_store()`` (the raw store, with her server's
-``SCALELAB_STORE_OPTIONS``), ``store.fs`` (the s3fs client under the kernel's ``store``),
+each through five means: ``student_store()``, ``open_store(url)`` (the raw store, with her
+server's ``SCALELAB_STORE_OPTIONS``), ``store.fs`` (the s3fs client under the kernel's ``store``),
 ``student_store()`` after setting ``JUPYTERHUB_USER=bob``, and a raw s3fs client made from her
 options. That is :data:`ATTEMPTS` = 30 attempts, 25 of them cross-user (against bob's home) and
 5 writes to ``datasets/``. Each must raise PermissionError. 7 are refused by the guard in her own
@@ -70,7 +70,10 @@ DATA = b"year,loudness\n2001,-7.5\n"
 #: store paths for that file system: none for the store's views, the bucket for s3fs's own).
 MEANS: dict[str, str] = {
     "student_store()": "fs, p = student_store(), ''",
-    "open_store()": "fs, p = open_store(), ''",
+    "open_store(url)": (
+        "fs, p = open_store(os.environ['SCALELAB_STORE_URL'], "
+        "json.loads(os.environ['SCALELAB_STORE_OPTIONS'])), ''"
+    ),
     "store.fs": "store.fs.invalidate_cache(); fs, p = store.fs, 'course/'",
     "JUPYTERHUB_USER=bob": ("os.environ['JUPYTERHUB_USER'] = 'bob'; fs, p = student_store(), ''"),
     "raw s3fs": (

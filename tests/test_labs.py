@@ -79,6 +79,8 @@ def test_lab2_student_and_reference_versions_in_cpu_smoke_mode_reach_88_percent(
     )  # fmt: skip
     assert len(stubs) >= 3, stubs  # stubs that run in their own cell stopped there, nothing else
     assert results["EPOCHS"] == 2 and results["mode"] == "smoke"
+    # Everything the lab writes goes to the student's home in the store, through `store`.
+    assert results["TFRECORDS"].startswith("home/"), results["TFRECORDS"]
     # The Keras ConvNet trained from TFRecord shards in the store, read back with tf.data.
     assert results["test_accuracy"] >= 0.88
     assert results["torch_test_accuracy"] > 0.8  # one epoch, streamed from the Parquet shards

@@ -233,6 +233,33 @@ def test_each_student_store_is_a_new_instance(store_root: Path):
         a.cat_file("home/bob/secret.txt")
 
 
+def test_open_store_in_a_students_server_is_their_guarded_view(
+    store_root: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """No call in a student's notebook hands out more than ``store``: ``open_store()`` there is
+    the student's view; only an explicit URL (ops' tools) opens the whole store."""
+    monkeypatch.setenv("SCALELAB_STORE_URL", store_root.as_uri())
+    monkeypatch.setenv("SCALELAB_STORE_OPTIONS", "{}")
+    monkeypatch.setenv("JUPYTERHUB_USER", "alice")
+    guarded = open_store()
+    assert isinstance(guarded, StudentStore)
+    guarded.pipe_file("home/alice/mine.txt", b"alice's")
+    for write in (
+        lambda: guarded.pipe_file("datasets/songs/planted.csv", b"x"),
+        lambda: guarded.rm("datasets/songs/part-0.csv"),
+        lambda: guarded.cat_file("home/bob/secret.txt"),
+    ):
+        with pytest.raises(StoreAccessError):
+            write()
+    assert not (store_root / "datasets/songs/planted.csv").exists()
+    assert (store_root / "datasets/songs/part-0.csv").exists()
+    whole = open_store(store_root.as_uri())
+    assert not isinstance(whole, StudentStore)
+    assert whole.cat_file("ops/credentials") == b"root's"
+    monkeypatch.delenv("JUPYTERHUB_USER")
+    assert open_store().cat_file("ops/credentials") == b"root's"  # a laptop, ops: the whole store
+
+
 def test_the_drive_protocol_reads_user_and_store_from_the_environment(
     store_root: Path, monkeypatch: pytest.MonkeyPatch
 ):

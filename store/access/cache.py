@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 import fsspec
 
 from scalelab.common.atomicfile import replacing
-from scalelab.store.access.fs import open_store
+from scalelab.store.access.student import open_store
 from scalelab.store.errors import StoreError
 
 #: Default bound of the local cache: 2 GiB.

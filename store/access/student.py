@@ -44,6 +44,7 @@ from fsspec.spec import AbstractBufferedFile
 
 from scalelab.common.atomicfile import part_path, publish
 from scalelab.common.diskspace import FULL_ERRNOS
+from scalelab.store.access import fs as store_fs
 from scalelab.store.access import walkguard
 from scalelab.store.access.fs import _is_local, open_target, store_settings
 from scalelab.store.access.guard import StoreView
@@ -640,6 +641,26 @@ def student_store(
     :class:`StudentStore` for parameters and errors.
     """
     return StudentStore(user, url, storage_options, skip_instance_cache=True)
+
+
+def open_store(
+    url: str | None = None, storage_options: Mapping[str, Any] | None = None
+) -> fsspec.AbstractFileSystem:
+    """The course store, as :func:`scalelab.store.access.fs.open_store` opens it, except in a
+    student's server: there (``JUPYTERHUB_USER`` set) and with no ``url``, the student's own
+    view, the kernel's ``store`` (:func:`student_store`: ``home/<user>`` read-write,
+    ``datasets/`` read-only), so that no call in a notebook hands out more than ``store`` may
+    do. An explicit ``url`` (ops' tools) opens the whole store; the storage itself still refuses
+    what the student's identity may not do.
+
+    This is ``scalelab.store.open_store``, and the default of the streaming datasets and the
+    cache. Returns a :class:`StudentStore` or a ``StoreFileSystem``; raises ``StoreConfigError``
+    as :func:`~scalelab.store.access.fs.open_store` does.
+    """
+    if url is None and os.environ.get("JUPYTERHUB_USER"):
+        env_url, env_options = store_settings()
+        return student_store(None, env_url, {**env_options, **(storage_options or {})})
+    return store_fs.open_store(url, storage_options)
 
 
 def register_protocol() -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from scalelab.store.access.fs import open_store
+from scalelab.store.access.student import open_store
 from scalelab.store.errors import StoreError
 from scalelab.store.streaming.parquet_stream import (
     DEFAULT_BUFFER_ROWS,

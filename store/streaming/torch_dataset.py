@@ -25,7 +25,7 @@ import torch.distributed
 import torch.utils.data
 
 from scalelab.store.access.cache import local_copy
-from scalelab.store.access.fs import open_store
+from scalelab.store.access.student import open_store
 from scalelab.store.streaming.blocks import BlockLayout, empty_arrays
 from scalelab.store.streaming.parquet_stream import (
     DEFAULT_BUFFER_ROWS,
