@@ -181,8 +181,8 @@ def _admin(s3: SeaweedS3) -> s3fs.S3FileSystem:
 
 @pytest.fixture(scope="module")
 def base() -> Iterator[Path]:
-    """The hub's base folder. Not pytest's tmp_path: its /tmp/pytest-of-root is 0700, which the
-    students' users cannot enter (scalelab up would then run a single-user trial)."""
+    """The hub's base folder. Not pytest's tmp_path: pytest's own folder of the user's is 0700,
+    which the students' users cannot enter (scalelab up would then run a single-user trial)."""
     folder = Path(tempfile.mkdtemp(prefix="scalelab-isolation-s3-"))
     folder.chmod(0o711)  # as /var/lib is: others may enter it
     try:

@@ -658,8 +658,7 @@ def open_store(
     as :func:`~scalelab.store.access.fs.open_store` does.
     """
     if url is None and os.environ.get("JUPYTERHUB_USER"):
-        env_url, env_options = store_settings()
-        return student_store(None, env_url, {**env_options, **(storage_options or {})})
+        return student_store(None, None, storage_options)  # URL and options from the server
     return store_fs.open_store(url, storage_options)
 
 
