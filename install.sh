@@ -15,6 +15,9 @@ debs+=(libkrb5-dev gcc python3-dev)
 #    Debian's own Python for the virtual environments (python3-venv: its ensurepip), see 2.
 debs+=(python3-venv)
 command -v npm >/dev/null || debs+=(nodejs npm)
+#    Maven and a JDK build the HDFS test cluster (hadoop/testcluster), see 5.
+command -v mvn >/dev/null || debs+=(maven)
+command -v javac >/dev/null || debs+=(openjdk-17-jdk-headless)
 missing=()
 for pkg in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -80,4 +83,29 @@ install -D -m 644 hub_ext/jupyter-config/scalelab.json \
   .venv/etc/jupyter/jupyter_server_config.d/scalelab.json
 install -D -m 644 hub_ext/jupyter-config/lab-overrides.json \
   .venv/share/jupyter/lab/settings/overrides.d/scalelab.json
+install -D -m 644 hub_ext/jupyter-config/page-config.json .venv/etc/jupyter/labconfig/page_config.d/scalelab.json
+# 5. The HDFS test cluster (hadoop/testcluster: Hadoop's MiniDFSCluster, for the tests marked
+#    `hadoop`): Maven builds its jar and copies the jars it runs on into target/lib/, once (the
+#    first time downloads about 140 MB from Maven Central); tests never download. Without
+#    Maven Central (or where 1. could not install Maven and a JDK), the cluster tests skip,
+#    saying so; nothing else needs it.
+cluster=hadoop/testcluster
+cluster_want=$(cat "$cluster/pom.xml" $(find "$cluster/src" -type f | sort) | sha256sum | cut -d' ' -f1)
+cluster_stamp=$cluster/target/.scalelab-build-stamp
+if [[ -f $cluster_stamp && $(cat "$cluster_stamp") == "$cluster_want" ]]; then
+  :
+elif ! command -v mvn >/dev/null || ! command -v javac >/dev/null; then
+  say "skipping the HDFS test cluster: no mvn or javac (apt-get install maven openjdk-17-jdk-headless, then run ./install.sh again); its tests will skip"
+else
+  say "mvn package in $cluster (the HDFS test cluster; first time: under a minute)"
+  mvn_log=$(mktemp)
+  if mvn -q -B -f "$cluster/pom.xml" package >"$mvn_log" 2>&1; then
+    echo "$cluster_want" > "$cluster_stamp"
+  else
+    tail -n 20 "$mvn_log" >&2
+    say "the HDFS test cluster did not build (Maven Central unreachable?): its tests will skip"
+  fi
+  rm -f "$mvn_log"
+fi
+
 say "ready: .venv/bin/scalelab"

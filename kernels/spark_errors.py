@@ -24,10 +24,12 @@ result over ``spark.driver.maxResultSize``  ``spark.driver.maxResultSize``
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
 import time
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -86,6 +88,9 @@ def _java_missing(text: str, conf: Mapping[str, str], env: Mapping[str, str]) ->
 SPARK_EXIT_OOM = 52
 
 _EXIT = re.compile(r"\[driver JVM exited with code (-?\d+)\]")
+#: What :func:`describe` adds to an exception whose text could not be had: its ``__str__``
+#: asks the driver JVM (a ``Py4JJavaError``), which did not answer, so the driver is gone.
+TEXT_UNREACHABLE = "[its text is held by the driver JVM, which does not answer]"
 
 
 def _driver_gone(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
@@ -250,6 +255,7 @@ RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
             r"|^Py4JError\b[^\n]*: An error occurred while calling [\w.]+ \["
             r"|Py4JNetworkError|Answer from Java side is empty|Error while (sending|receiving)"
             r"|ConnectionRefusedError.*py4j|py4j.*ConnectionRefusedError"
+            rf"|{re.escape(TEXT_UNREACHABLE)}"
             r"|SparkContext (was|has been) shut ?down|stopped SparkContext"
             r"|return value of \"org\.apache\.spark\.SparkContext\.\w+\(\)\" is null",
             re.I | re.S | re.M,
@@ -271,12 +277,106 @@ def _message(exc: BaseException) -> str:
         return BaseException.__str__(exc)
 
 
+def _text(exc: BaseException) -> str | None:
+    """``str(exc)``, or None when that fails (a ``Py4JJavaError`` of a dead driver's)."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 -- any failure: it cannot be shown as it is
+        return None
+
+
+def _frozen_str(self: BaseException) -> str:
+    return self.__dict__["_shown_text"]
+
+
+@functools.cache
+def _shown_type(kind: type[BaseException], plain: bool = False) -> type[BaseException]:
+    """A subclass of ``kind`` with its name and module whose ``__str__`` gives the text taken
+    once (so ``isinstance`` and the type names ScaleLab's rules and the traceback's header
+    read are ``kind``'s); with ``plain``, or where ``kind`` cannot be subclassed, a plain
+    ``Exception`` of that name."""
+    namespace = {"__str__": _frozen_str, "__module__": kind.__module__}
+    namespace["__qualname__"] = kind.__qualname__
+    if not plain:
+        try:
+            return type(kind.__name__, (kind,), namespace)
+        except TypeError:  # a final class
+            pass
+    return type(kind.__name__, (Exception,), namespace)
+
+
+def _frozen(exc: BaseException, text: str) -> BaseException:
+    """A copy of ``exc`` whose text is ``text`` for good: ``exc``'s type (a subclass of it),
+    arguments, traceback, cause and context; its ``__init__`` is not run."""
+    try:
+        shown = BaseException.__new__(_shown_type(type(exc)))
+    except TypeError:  # a class with a __new__ of its own
+        shown = BaseException.__new__(_shown_type(type(exc), plain=True))
+    shown.args = exc.args
+    shown.__dict__["_shown_text"] = text
+    shown.__cause__, shown.__context__ = exc.__cause__, exc.__context__
+    shown.__suppress_context__ = exc.__suppress_context__
+    return shown.with_traceback(exc.__traceback__)
+
+
+def _fixed(exc: BaseException) -> BaseException:
+    """``exc`` when its text cannot change (Python's own ``__str__``), else a frozen copy with
+    its text as it is now, or, when that fails, with its message as far as it is known without
+    the driver (its ``errmsg``, else its arguments)."""
+    if not isinstance(type(exc).__str__, types.FunctionType) or "_shown_text" in vars(exc):
+        return exc  # a built-in __str__ (the text lives in the exception itself), or frozen
+    text = _text(exc)
+    if text is None:
+        errmsg = getattr(exc, "errmsg", None)
+        known = errmsg.strip() if isinstance(errmsg, str) and errmsg.strip() else _message(exc)
+        text = f"{known} (the Java exception's text went with the driver JVM)"
+    return _frozen(exc, text)
+
+
+def printable(exc: BaseException) -> BaseException:
+    """The exception to show for ``exc``: one whose text, and that of every exception of its
+    chain (``__cause__``, ``__context__``), is taken once, now, and can always be shown.
+
+    A ``Py4JJavaError`` asks the driver JVM for its Java exception's text in each ``__str__``
+    (PySpark's ``CapturedException`` asks it for a setting); when the JVM dies (an
+    OutOfMemoryError in local mode) that raises ``ConnectionRefusedError``, also between two
+    looks at the same exception, and IPython and ipykernel, which turn the error and its chain
+    into text several times, would unregister ScaleLab's handler. So each exception of the
+    chain whose class writes its own ``__str__`` is replaced by a frozen copy with the same type
+    name, traceback, cause and context (see :func:`_fixed`): at the top, a new one is returned;
+    inside the chain (PySpark converting a Java error asks the dead JVM too, so the
+    ``ConnectionRefusedError`` shown has the ``Py4JJavaError`` as its context), the link is
+    replaced where it hangs. Exceptions with Python's own ``__str__`` are kept as they are.
+    """
+    top = _fixed(exc)
+    seen: set[int] = set()
+    pending = [top]
+    while pending:
+        node = pending.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        suppress = node.__suppress_context__  # setting __cause__ would set it
+        for attr in ("__cause__", "__context__"):
+            link = getattr(node, attr)
+            if link is None:
+                continue
+            shown = _fixed(link)
+            if shown is not link:
+                setattr(node, attr, shown)
+            pending.append(shown)
+        node.__suppress_context__ = suppress
+    return top
+
+
 def describe(exc: BaseException) -> str:
     """``"<type names>: <message>"`` of an exception and its causes, for :func:`explain`.
 
     The type names of the whole MRO are included (``Py4JNetworkError``, ``PythonException``),
     and for a ``ConnectionRefusedError`` raised inside py4j the traceback's module names, so
-    an opaque "connection refused" from a dead driver can be told from any other.
+    an opaque "connection refused" from a dead driver can be told from any other. An exception
+    whose text cannot be had (its ``__str__`` asks a driver that is gone) is given by its
+    arguments and :data:`TEXT_UNREACHABLE`.
     """
     parts = []
     seen: set[int] = set()
@@ -289,7 +389,10 @@ def describe(exc: BaseException) -> str:
         while tb is not None:
             modules.append(tb.tb_frame.f_globals.get("__name__", ""))
             tb = tb.tb_next
-        parts.append(f"{names}: {_message(current)} [{' '.join(dict.fromkeys(modules))}]")
+        text = _text(current)
+        if text is None:  # its text needs the driver JVM, which does not answer
+            text = f"{BaseException.__str__(current)} {TEXT_UNREACHABLE}"
+        parts.append(f"{names}: {text} [{' '.join(dict.fromkeys(modules))}]")
         current = current.__cause__ or current.__context__
     return "\n".join(parts)
 
@@ -410,24 +513,43 @@ def install(shell: Any, namespace: Mapping[str, Any]) -> None:
         one.
     namespace
         The notebook's globals.
+
+    The cell's error that ipykernel's reply names (``ExecutionResult.error_in_exec``, read
+    after ``post_run_cell``) becomes the copy shown, whose text cannot fail (:func:`printable`).
     """
 
+    shown_for: dict[int, BaseException] = {}  # id(the cell's error) -> what was shown
+
     def handler(self: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None):
+        # IPython and ipykernel turn the error into text several times; a handler that raises
+        # is unregistered. The text is taken first, once (the JVM may die at any moment).
+        shown = printable(value)
+        shown_for.clear()
+        shown_for[id(value)] = shown
         try:
             explanation = _explanation(value, namespace)
         except Exception:  # noqa: BLE001 -- the cell's own error must stay the one shown
             explanation = None
         if explanation is None:
-            self.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
+            self.showtraceback((etype, shown, tb), tb_offset=tb_offset, running_compiled_code=True)
             return None
         sys.last_type, sys.last_value, sys.last_traceback = etype, value, tb  # for %debug
         print(explanation.text(), file=sys.stderr)
         sys.stderr.flush()  # before the error itself: the explanation comes first
-        stb = self.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
-        self._showtraceback(etype, value, [fold_java_frames(part) for part in stb])
+        stb = self.InteractiveTB.structured_traceback(etype, shown, tb, tb_offset=tb_offset)
+        self._showtraceback(etype, shown, [fold_java_frames(part) for part in stb])
         return None
 
+    def hand_over_shown(result: Any) -> None:
+        # ipykernel's execute reply takes str() of the cell's error once more, after the
+        # cell: the frozen copy's text, not a dead driver's (which would fail the reply).
+        error = getattr(result, "error_in_exec", None)
+        if error is not None and id(error) in shown_for:
+            result.error_in_exec = shown_for[id(error)]
+        shown_for.clear()
+
     shell.set_custom_exc(spark_exception_types(), handler)
+    shell.events.register("post_run_cell", hand_over_shown)
 
 
 def spark_exception_types() -> tuple[type[BaseException], ...]:
@@ -458,9 +580,11 @@ def _explanation(error: BaseException, namespace: Mapping[str, Any]) -> Explanat
     description = describe(error)
     if "py4j" in description.lower():
         status = driver_exit_status()
-        if status is None and "Py4JJavaError" not in description:
-            # The connection to the driver broke (no Java exception came back): its process
-            # may take a moment more to end after its socket closed.
+        if status is None and (
+            "Py4JJavaError" not in description or TEXT_UNREACHABLE in description
+        ):
+            # The connection to the driver broke (no Java exception came back, or its text
+            # could not be fetched): its process may take a moment more to end.
             status = _exit_status_within(DRIVER_EXIT_WAIT_S)
         if status is not None:
             description += f"\n[driver JVM exited with code {status}]"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import socket
 import sys
 import threading
@@ -34,14 +35,27 @@ from pathlib import Path
 from typing import Any
 
 from scalelab import envvars
+from scalelab.common.stderr_lines import Harmless, forward
 from scalelab.kernels.spark_defaults import DEFAULT_DRIVER_MEMORY, DEFAULT_SPARK_MASTER, spark_conf
 
 #: log4j2 configuration of the driver: WARN and above to the console (the kernel's stderr, hence
 #: the server's log) and INFO and above to the driver's log file. Known-harmless warnings are
 #: kept off the console (the file still has them): Hadoop's "Unable to load native-hadoop
 #: library" (its pure-Java code is used), Spark ML's "regParam is zero" (a plain least-squares
-#: fit, as Lab 1 does on purpose), and the shell's "Setting default log level to WARN" notice
-#: (``org.apache.spark.repl.Main`` at the root's level, so Spark does not reset it).
+#: fit, as Lab 1 does on purpose), Spark SQL's "Truncated the string representation of a plan"
+#: (once per driver, at the first wide plan: a hint for reading plans in logs), the block
+#: manager's "Block rdd_... already exists on this machine; not re-adding it" (two tasks computed
+#: the same partition of a cached DataFrame at once, as Lab 1's cross-validation with
+#: parallelism may: the second copy is dropped, nothing is lost), and the shell's
+#: "Setting default log level to WARN" notice (``org.apache.spark.repl.Main`` at the root's
+#: level, so Spark does not reset it). The
+#: scheduler's and executor's lines about a failed task (``WARN TaskSetManager: Lost task ...``,
+#: ``ERROR TaskSetManager: ... aborting job``, ``WARN Executor: ... Result is larger than
+#: maxResultSize``) go to the file only: the job's exception in the cell says the same, below
+#: ScaleLab's explanation, and they would stand red above it; so does the uncaught-exception
+#: handler's record of the error that ends the driver (an OutOfMemoryError in local mode), which
+#: the explanation names with the driver's exit status. A warning or error that does reach the
+#: console shows its exception's first line only (``%ex{short}``); the file has the whole trace.
 LOG4J2_TEMPLATE = """\
 rootLogger.level = info
 rootLogger.appenderRef.console.ref = console
@@ -57,13 +71,23 @@ logger.instrumentation.filter.harmless.type = RegexFilter
 logger.instrumentation.filter.harmless.regex = .*regParam is zero.*
 logger.instrumentation.filter.harmless.onMatch = DENY
 logger.instrumentation.filter.harmless.onMismatch = NEUTRAL
+logger.stringutils.name = org.apache.spark.util.SparkStringUtils
+logger.stringutils.filter.harmless.type = RegexFilter
+logger.stringutils.filter.harmless.regex = .*Truncated the string representation of a plan.*
+logger.stringutils.filter.harmless.onMatch = DENY
+logger.stringutils.filter.harmless.onMismatch = NEUTRAL
+logger.blocks.name = org.apache.spark.storage.BlockManager
+logger.blocks.filter.harmless.type = RegexFilter
+logger.blocks.filter.harmless.regex = .*already exists on this machine; not re-adding it.*
+logger.blocks.filter.harmless.onMatch = DENY
+logger.blocks.filter.harmless.onMismatch = NEUTRAL
 appender.console.type = Console
 appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.filter.threshold.type = ThresholdFilter
 appender.console.filter.threshold.level = warn
 appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n%ex
+appender.console.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n%ex{{short}}
 appender.file.type = File
 appender.file.name = file
 appender.file.fileName = {log_file}
@@ -72,6 +96,15 @@ appender.file.layout.type = PatternLayout
 appender.file.layout.pattern = %d{{yyyy-MM-dd HH:mm:ss.SSS}} %p %c{{1}}: %m%n%ex
 logger.jetty.name = org.sparkproject.jetty
 logger.jetty.level = warn
+logger.tasksets.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasksets.additivity = false
+logger.tasksets.appenderRef.file.ref = file
+logger.executor.name = org.apache.spark.executor.Executor
+logger.executor.additivity = false
+logger.executor.appenderRef.file.ref = file
+logger.uncaught.name = org.apache.spark.util.SparkUncaughtExceptionHandler
+logger.uncaught.additivity = false
+logger.uncaught.appenderRef.file.ref = file
 """
 
 
@@ -190,6 +223,7 @@ def build_session(conf: Mapping[str, str]) -> Any:
     try:
         from pyspark.sql import SparkSession
 
+        launch_quiet_driver(conf)
         builder = SparkSession.builder
         for key, value in conf.items():
             builder = builder.config(key, value)
@@ -202,6 +236,54 @@ def build_session(conf: Mapping[str, str]) -> Any:
         first = (str(exc).strip().splitlines() or [""])[0]
         raise SparkStartError(f"Spark did not start: {type(exc).__name__}: {first}") from exc
     return session
+
+
+#: What the driver JVM writes to stderr at its start that is no error, dropped by its text (every
+#: other line of the JVM's stderr still shows): Spark 4's launcher always adds
+#: ``--add-modules=jdk.incubator.vector`` (its ``JavaModuleOptions``, no setting), and the JVM
+#: announces an incubator module on stderr (no setting either).
+JVM_START_LINES = (
+    Harmless(
+        line=re.compile(rb"WARNING: Using incubator modules: jdk\.incubator\.vector"),
+        why="Spark 4's launcher adds the Vector API module to every JVM it starts",
+    ),
+)
+
+
+def launch_quiet_driver(conf: Mapping[str, str]) -> None:
+    """Start PySpark's driver JVM (its py4j gateway) with ``conf``, as PySpark would at the
+    first ``SparkContext``, but with the JVM's stderr passed on to the kernel's without
+    :data:`JVM_START_LINES` (pyspark's ``launch_gateway(conf, popen_kwargs=...)``; a thread of
+    :func:`scalelab.common.stderr_lines.forward`), and with the frames of each stack trace the
+    JVM prints itself (``Exception in thread "..." java.lang.OutOfMemoryError``: an uncaught
+    error in one of its threads, past log4j) folded into one line: the cell shows the error's
+    line, and ScaleLab's explanation says what to do.
+
+    Nothing is done when PySpark already has a gateway (a stopped session's JVM, which PySpark
+    reuses). The session built next (``SparkSession.builder...getOrCreate()``) uses this JVM.
+
+    Raises
+    ------
+    Exception
+        Whatever PySpark's ``launch_gateway`` raised (no Java: ``PySparkRuntimeError``).
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        # The filter reads from the start, so that a JVM that fails to start still says why,
+        # and one that writes much while starting never waits on a full pipe.
+        read_end, write_end = os.pipe()
+        forward(read_end, 2, JVM_START_LINES, fold_java_frames=True)
+        try:
+            gateway = launch_gateway(
+                SparkConf().setAll(list(conf.items())), popen_kwargs={"stderr": write_end}
+            )
+        finally:
+            os.close(write_end)  # the JVM has its own copy: the thread ends when the JVM does
+        SparkContext._ensure_initialized(gateway=gateway)
 
 
 class LazySparkSession:

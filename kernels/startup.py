@@ -82,15 +82,17 @@ def _warn_before_cells(shell: Any) -> None:
 
 
 def _begin_spark(namespace: MutableMapping[str, Any]) -> str:
-    """Start ``spark`` in the background and explain Spark failures below failing cells."""
+    """Start ``spark`` in the background, explain Spark failures in failing cells, and tell
+    the server where the Spark UI is (:mod:`scalelab.kernels.spark_ui_record`)."""
     from IPython import get_ipython
 
     from scalelab.common.logfiles import log_dir
-    from scalelab.kernels import spark_errors, spark_session
+    from scalelab.kernels import spark_errors, spark_session, spark_ui_record
 
     shell = get_ipython()
     if shell is not None:
         spark_errors.install(shell, namespace)
+        spark_ui_record.install(shell)  # where the Spark UI is, for Course > Spark UI...
     return spark_session.begin(namespace, shell, log_dir(os.environ))
 
 

@@ -215,10 +215,18 @@ def check_memory_choices(choices: Sequence[str]) -> list[str]:
 
 
 def options_from_form(formdata: Mapping[str, Sequence[str]]) -> dict[str, Any]:
-    """The spawn form's fields (lists of strings) -> ``user_options``, still to be validated."""
+    """The spawn form's fields (lists of strings) -> ``user_options``, still to be validated.
+
+    A form sends only strings: a ``gpus`` field of decimal digits becomes that number, so that a
+    count the profile does not give is refused as such ("between 0 and N"), not as "not a whole
+    number" (a JSON ``user_options`` through the REST API keeps its own types).
+    """
     options: dict[str, Any] = {}
     for key, values in formdata.items():
         if key == "_xsrf":
             continue
         options[key] = values[0] if len(values) == 1 else list(values)
+    gpus = options.get("gpus")
+    if isinstance(gpus, str) and gpus.strip().isdecimal() and len(gpus.strip()) <= 6:
+        options["gpus"] = int(gpus.strip())
     return options

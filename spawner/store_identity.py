@@ -525,7 +525,9 @@ class HDFSUserIdentity(StoreIdentity):
 
     Any identity in the hub's options (``user``, ``proxy_to``, ``token``, ``password``, and
     ``kerberos``/``kerb_ticket`` in simple mode) is replaced. Tested without a namenode
-    (``tests/test_store_identity.py``); a real HDFS test comes later.
+    (``tests/test_store_identity.py``) and, simple mode, on the HDFS test cluster
+    (``tests/test_store_hdfs_cluster.py``: the student's files are theirs, and the namenode
+    refuses ``datasets/`` and another student's home to a client without ScaleLab's guard).
     """
 
     protocols: ClassVar[tuple[str, ...]] = HDFS_PROTOCOLS

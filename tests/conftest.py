@@ -1,15 +1,18 @@
-"""Shared fixtures: the real data sets (../shared/data), a course store, ScaleLab's kernelspecs."""
+"""Shared fixtures: the real data sets (../shared/data), a course store, ScaleLab's kernelspecs,
+and the HDFS test cluster (``tests/hadoopcluster.py``)."""
 
 from __future__ import annotations
 
 import gc
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from scalelab.kernels import install_kernelspecs
 from scalelab.store import DATASETS, fetch_dataset, open_store
+from tests.hadoopcluster import HadoopTestCluster, running_cluster
 
 REPO = Path(__file__).resolve().parents[1]
 #: The course's real data sets, beside the repository (see ../shared/data/README.md).
@@ -59,6 +62,16 @@ def kernel_environment(
     for key, value in extra.items():
         monkeypatch.setenv(key, value)
     return {**os.environ, **extra}
+
+
+@pytest.fixture(scope="session")
+def hdfs_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HadoopTestCluster]:
+    """The HDFS test cluster, started once per test run (about 10 s) and stopped at its end.
+
+    Skips, naming the fix (``./install.sh``), where it is not built or there is no Java; fails
+    every test that uses it, with the JVM's last lines, where it is built but does not start.
+    """
+    yield from running_cluster(tmp_path_factory.mktemp("hdfs-cluster"))
 
 
 @pytest.fixture(autouse=True)

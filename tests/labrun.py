@@ -77,6 +77,7 @@ def run_student_and_reference(
     results: tuple[str, ...] = (),
     timeout_s: int = 1200,
     shown: list[str] | None = None,
+    executed: list[tuple[str, list[dict]]] | None = None,
 ) -> tuple[dict, list[int]]:
     """Execute a lab's student version and its instructor (reference) version in one kernel.
 
@@ -90,8 +91,14 @@ def run_student_and_reference(
 
     Returns the named results (evaluated after the last cell) and the indices of the stub cells
     that raised ``NotImplementedError``. ``shown``, when given, gets every executed cell's
-    visible text: its streams and the ``text/plain`` of its results and displays.
+    visible text: its streams and the ``text/plain`` of its results and displays;
+    ``executed`` gets ``(source, outputs)`` of every executed cell, in order.
+
+    The kernel gets ``env`` less pytest's ``PYTEST_CURRENT_TEST``: with it, ipykernel leaves
+    file descriptors 1 and 2 alone, and what native code (TensorFlow, the JVM) writes there
+    would miss the cells, where a student's server shows it.
     """
+    env = {k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"}
     ref = nbformat.read(source, as_version=4)
     stu = nbformat.read(student, as_version=4)
     assert [c.id for c in ref.cells] == [c.id for c in stu.cells], "cells not matched one for one"
@@ -130,10 +137,12 @@ def run_student_and_reference(
                 assert exc.ename == "NotImplementedError", f"student cell {i}: {exc}"
                 stubs_hit.append(i)
             client.execute_cell(r, i)
-    if shown is not None:
-        for s, r in pairs:
-            for cell in (s,) if s is r else (s, r):
+    for s, r in pairs:
+        for cell in (s,) if s is r else (s, r):
+            if shown is not None:
                 shown.extend(_visible_text(out) for out in cell.get("outputs", []))
+            if executed is not None:
+                executed.append((cell.source, list(cell.get("outputs", []))))
     text = "".join(
         out.get("text", "") for out in last.outputs if out.get("output_type") == "stream"
     )

@@ -1,16 +1,20 @@
 """The Spark UI whole, behind the hub, in a real browser (issue 13): a student runs a PySpark
 cell in JupyterLab, clicks the Spark UI link it shows, and every tab of Spark 4.3's UI (Jobs,
 Stages and a stage's task table, Storage, Environment, Executors, SQL / DataFrame and a
-query's page) and its logo load with no 404 and no endless "Loading...". Saves the README's
-screenshots of the Executors and SQL pages."""
+query's page) and its logo load with no 404 and no endless "Loading...". JupyterLab's
+"Course > Spark UI..." opens the running kernel's UI on its Jobs page, and after spark.stop()
+says that no kernel runs Spark. A collect over spark.driver.maxResultSize shows ScaleLab's
+explanation above the folded trace. Saves the README's screenshots of the Executors and SQL pages
+and of that explained failure."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, Response, expect, sync_playwright
+from playwright.sync_api import Locator, Page, Response, expect, sync_playwright
 
 from tests.conftest import REPO
 from tests.hubproc import ScaleLabUp, running
@@ -23,9 +27,17 @@ numbers.createOrReplaceTempView('numbers')
 spark.catalog.cacheTable('numbers')
 spark.table('numbers').count()
 spark.sql('SELECT k, count(*) AS n FROM numbers GROUP BY k ORDER BY k').collect()[0]"""
+#: A session of the student's own with a small result limit, and a collect over it: a Spark
+#: failure that ScaleLab explains, cheaply (seconds, the driver stays up).
+LIMIT_CELL = """\
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.config('spark.driver.maxResultSize', '1m').getOrCreate()"""
+COLLECT_CELL = """\
+rows = spark.range(0, 2_000_000, numPartitions=1).selectExpr('id', "repeat('x', 20)").collect()"""
 NOTEBOOK = {
-    "cells": [{"cell_type": "code", "metadata": {}, "source": CELL,
-               "outputs": [], "execution_count": None}],
+    "cells": [{"cell_type": "code", "metadata": {}, "source": source,
+               "outputs": [], "execution_count": None}
+              for source in [CELL, "spark.stop()", LIMIT_CELL, COLLECT_CELL]],
     "metadata": {"kernelspec": {"name": "scalelab-pyspark", "display_name": "PySpark",
                                 "language": "python"}},
     "nbformat": 4,
@@ -33,7 +45,24 @@ NOTEBOOK = {
 }  # fmt: skip
 EXECUTORS_SCREENSHOT = REPO / "docs" / "screenshot-spark-executors.png"
 SQL_SCREENSHOT = REPO / "docs" / "screenshot-spark-sql.png"
+EXPLANATION_SCREENSHOT = REPO / "docs" / "screenshot-spark-explanation.png"
 
+
+#: The top (px) of the first "File ..." line of a traceback (where the Python frames begin, with
+#: this machine's paths), or null.
+FIRST_FILE_LINE = """(output) => {
+    const walker = document.createTreeWalker(output, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        const at = node.textContent.indexOf("File ");
+        if (at >= 0) {
+            const range = document.createRange();
+            range.setStart(node, at);
+            range.setEnd(node, at + 4);
+            return range.getBoundingClientRect().top;
+        }
+    }
+    return null;
+}"""
 
 #: True while an element on screen says "Loading..." (Spark's tables before their data came).
 LOADING = """() => [...document.querySelectorAll("body *")].some(
@@ -45,6 +74,26 @@ def _settled(page: Page) -> None:
     """The page and its scripts' REST calls are done, and nothing on screen says "Loading..."."""
     page.wait_for_load_state("networkidle")
     page.wait_for_function(f"() => !({LOADING})()", timeout=30_000)
+
+
+def _run_cell(lab: Page, index: int) -> Locator:
+    """Run the notebook's cell ``index`` (from 0) in JupyterLab and wait until it ran."""
+    cell = lab.locator(".jp-CodeCell").nth(index)
+    cell.locator(".jp-InputArea-editor").click()
+    lab.keyboard.press("Control+Enter")  # run it, and stay (no new cell below the last)
+    prompt = cell.locator(".jp-InputArea-prompt")
+    expect(prompt).to_have_text(re.compile(r"\[\d+\]"), timeout=240_000)
+    return cell
+
+
+def _open_spark_ui_from_the_menu(lab: Page) -> Page:
+    """Click "Course > Spark UI..." in JupyterLab; the tab it opens, loaded."""
+    lab.locator(".lm-MenuBar-itemLabel", has_text="Course").click()
+    with lab.context.expect_page() as opened:
+        lab.locator(".lm-Menu-itemLabel", has_text="Spark UI").click()
+    page = opened.value
+    page.wait_for_load_state()
+    return page
 
 
 @pytest.mark.browser
@@ -122,6 +171,45 @@ def test_every_spark_ui_page_works_behind_the_hub_from_the_link_in_the_cell(tmp_
                 ui.locator(".navbar-brand").first.click()  # the logo: the UI's root
                 ui.wait_for_load_state()
                 assert ui.url == f"{root}jobs/", ui.url
+
+                # JupyterLab's Course > Spark UI...: the running kernel's UI, its Jobs page.
+                menu_ui = _open_spark_ui_from_the_menu(page)
+                assert menu_ui.url == f"{root}jobs/", menu_ui.url
+                _settled(menu_ui)
+                expect(menu_ui.get_by_text("Completed Jobs", exact=False).first).to_be_visible()
+                menu_ui.close()
+
+                # After spark.stop(), no kernel runs Spark: one line says so.
+                _run_cell(page, 1)
+                none = _open_spark_ui_from_the_menu(page)
+                assert none.url.endswith("/user/erin/scalelab/sparkui"), none.url
+                expect(none.locator("#no-spark-ui")).to_contain_text(
+                    "No kernel of yours runs Spark now"
+                )
+                none.close()
+
+                # A Spark failure: ScaleLab's explanation first, above the folded trace.
+                _run_cell(page, 2)
+                failed = _run_cell(page, 3)
+                outputs = failed.locator(".jp-OutputArea-output")
+                explanation = outputs.filter(has_text="Setting to change: spark.driver.maxRes")
+                trace = outputs.filter(has_text="Traceback (most recent call last)")
+                expect(explanation).to_have_count(1)
+                expect(trace).to_have_count(1)
+                expect(trace).to_contain_text("more Java frames left out")
+                above = explanation.bounding_box()
+                below = trace.bounding_box()
+                assert above is not None and below is not None
+                assert above["y"] + above["height"] <= below["y"], (above, below)
+                page.keyboard.press("Escape")
+                page.keyboard.press("Control+b")  # the file browser folded: room for the trace
+                expect(page.locator("#filebrowser")).to_be_hidden()
+                limit_cell = page.locator(".jp-CodeCell").nth(2)
+                limit_cell.evaluate("(cell) => cell.scrollIntoView({block: 'start'})")
+                # Down to the cell's line in the trace, above its Python frames (their paths).
+                bottom = trace.evaluate(FIRST_FILE_LINE)
+                clip = {"x": 0, "y": 0, "width": 1280, "height": bottom - 4} if bottom else None
+                page.screenshot(path=str(EXPLANATION_SCREENSHOT), clip=clip)
                 assert failures == [], failures
             finally:
                 browser.close()

@@ -31,10 +31,12 @@ from scalelab.commands.doctor import (
     check_store,
     load_settings,
 )
+from scalelab.commands.invocation import scalelab_command
 from scalelab.commands.up import free_port
 
-#: What ``scalelab data fetch`` puts in a store by default (the course's data sets).
-FETCH = "scalelab data fetch fashion-mnist millionsong --store"
+#: What ``scalelab data fetch`` puts in a store by default (the course's data sets), called as
+#: the operator can (``.venv/bin/scalelab`` where ``scalelab`` is not on the PATH).
+FETCH = f"{scalelab_command()} data fetch fashion-mnist millionsong --store"
 #: An old mtime set on every path before a snapshot, so that any write shows, however quick.
 OLD = 1_000_000_000
 

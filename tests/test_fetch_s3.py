@@ -25,6 +25,7 @@ from scalelab.store import ChecksumError, fetch_dataset, missing_datasets, open_
 from scalelab.store.datasets.catalog import FASHION_MNIST, MILLIONSONG
 from scalelab.store.datasets.fetch import MANIFEST, is_present, renames_atomically
 from tests.httpstore import http_folder
+from tests.interrupts import interrupt_at_upload
 from tests.seaweed import ADMIN, SeaweedS3
 
 pytestmark = pytest.mark.integration
@@ -108,15 +109,7 @@ def test_upload_interrupted_midway_leaves_nothing_taken_for_complete(
     """Ctrl-C after the first object is up (simulated: the store's second upload raises
     KeyboardInterrupt); then a re-run completes the data set."""
     real_put_file = store.put_file
-    uploads: list[str] = []
-
-    def put_file_then_interrupt(lpath: str, rpath: str, **kwargs) -> None:
-        uploads.append(rpath)
-        if len(uploads) == 2:
-            raise KeyboardInterrupt
-        real_put_file(lpath, rpath, **kwargs)
-
-    monkeypatch.setattr(store, "put_file", put_file_then_interrupt)
+    uploads = interrupt_at_upload(store, monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         fetch_dataset(MILLIONSONG, store, mirror=shared_data, log=lambda _: None, download=False)
     assert uploads[0].startswith("datasets/millionsong/")  # the first object was written in place

@@ -67,6 +67,21 @@ def test_form_fields_become_options_without_the_xsrf_token():
     assert options_from_form(form) == {"profile": "gpu-1", "spark_driver_memory": "2g"}
 
 
+def test_a_form_gpu_count_is_a_number_and_one_the_profile_lacks_is_refused_as_such():
+    """A newcomer's tampered form: gpus=3 on the CPU profile was refused as 'must be a whole
+    number, not '3''; the form's strings of digits are numbers."""
+    assert options_from_form({"profile": ["gpu-2"], "gpus": [" 1 "]})["gpus"] == 1
+    with pytest.raises(OptionsError, match=r"between 0 and 0 for profile 'cpu', not 3"):
+        parse_user_options(options_from_form({"profile": ["cpu"], "gpus": ["3"]}), PROFILES, MEMORY)
+    zero = parse_user_options(
+        options_from_form({"profile": ["cpu"], "gpus": ["0"]}), PROFILES, MEMORY
+    )
+    assert zero.gpus == 0
+    for odd in ("1.5", "-1", "x", "9" * 50):
+        with pytest.raises(OptionsError, match="'gpus' must be a whole number"):
+            parse_user_options(options_from_form({"gpus": [odd]}), PROFILES, MEMORY)
+
+
 @pytest.mark.parametrize(
     ("entries", "message"),
     [

@@ -217,6 +217,24 @@ def test_data_hint_leaves_out_the_default_store(tmp_path: Path, monkeypatch: pyt
     assert "scalelab data fetch fashion-mnist millionsong    (add --mirror DIR" in hint
 
 
+def test_the_fetch_command_is_the_one_beside_this_python_when_not_on_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A newcomer copied the banner's `scalelab data fetch ...` and found no `scalelab` on the
+    PATH: the README installs it as .venv/bin/scalelab."""
+    from scalelab.commands.invocation import scalelab_command
+
+    venv_bin = tmp_path / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "scalelab").write_text("#!/bin/sh\n")
+    (venv_bin / "scalelab").chmod(0o755)
+    monkeypatch.setattr("sys.executable", str(venv_bin / "python"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert scalelab_command() == str(venv_bin / "scalelab")
+    monkeypatch.setenv("PATH", f"{venv_bin}:/usr/bin:/bin")
+    assert scalelab_command() == "scalelab"
+
+
 @pytest.mark.parametrize("port", ["99999", "-1", "0", "http"])
 def test_bad_port_is_a_usage_error(port: str, capsys: pytest.CaptureFixture[str]):
     with pytest.raises(SystemExit) as info:

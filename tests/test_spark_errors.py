@@ -5,8 +5,9 @@ neither runs here)."""
 from __future__ import annotations
 
 import pytest
+from py4j.protocol import Py4JError
 
-from scalelab.kernels.spark_errors import Explanation, describe, explain
+from scalelab.kernels.spark_errors import Explanation, describe, explain, printable
 
 LOCAL = {"spark.master": "local[2]", "spark.driver.memory": "1g"}
 CLUSTER = {"spark.master": "spark://127.0.0.1:7077", "spark.driver.memory": "1g"}
@@ -225,3 +226,173 @@ def test_java_frames_are_folded_and_exception_lines_kept():
         fold_java_frames("plain Python\n  File 'x.py', line 1")
         == "plain Python\n  File 'x.py', line 1"
     )
+
+
+class _DeadDriverError(Exception):
+    """Like py4j's Py4JJavaError after the driver died: ``__str__`` asks the JVM, and fails."""
+
+    def __init__(self, errmsg: str):
+        super().__init__(errmsg, "JavaObject id=o46")
+        self.errmsg = errmsg
+
+    def __str__(self) -> str:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+
+def test_an_exception_whose_text_a_dead_driver_held_is_shown_by_its_message():
+    try:
+        try:
+            raise ValueError("the cause")
+        except ValueError as cause:
+            raise _DeadDriverError(
+                "An error occurred while calling o45.collectToPython.\n"
+            ) from cause
+    except _DeadDriverError as exc:
+        error = exc
+    shown = printable(error)
+    assert str(shown) == (
+        "An error occurred while calling o45.collectToPython. "
+        "(the Java exception's text went with the driver JVM)"
+    )
+    assert shown.__cause__ is error.__cause__ and shown.__traceback__ is error.__traceback__
+    # Without errmsg: the exception's arguments.
+    bare = _DeadDriverError("")
+    assert "JavaObject id=o46" in str(printable(bare))
+
+
+def _refused_while_converting_a_dead_drivers_error() -> ConnectionRefusedError:
+    """What collect() raised in CI after the driver's OutOfMemoryError: PySpark, converting the
+    Py4JJavaError, asked the dead JVM again, so the error shown is a ConnectionRefusedError
+    whose context is the unprintable Py4JJavaError."""
+    try:
+        try:
+            raise _DeadDriverError("An error occurred while calling o40.collectToPython.\n")
+        except _DeadDriverError:
+            raise ConnectionRefusedError(111, "Connection refused")  # noqa: B904
+    except ConnectionRefusedError as exc:
+        return exc
+
+
+def test_an_unprintable_exception_inside_the_chain_is_replaced_where_it_hangs():
+    import traceback
+
+    error = _refused_while_converting_a_dead_drivers_error()
+    # Python's own formatter stands in for the text; IPython's raises (the next test).
+    assert "<exception str() failed>" in "".join(traceback.format_exception(error))
+    shown = printable(error)
+    assert shown is error  # the top prints: kept, with its type
+    text = "".join(traceback.format_exception(shown))
+    assert "An error occurred while calling o40.collectToPython." in text
+    assert "the Java exception's text went with the driver JVM" in text
+    assert "ConnectionRefusedError: [Errno 111] Connection refused" in text
+    assert not shown.__suppress_context__  # the context is still shown
+    # A chain that prints is left as it was.
+    fine = ValueError("fine")
+    fine.__context__ = KeyError("k")
+    assert printable(fine) is fine and fine.__context__.args == ("k",)
+
+
+def _kernel_shell():
+    """A real IPython shell that, as ipykernel's ZMQInteractiveShell does in its
+    ``_showtraceback`` (the error reply's ``evalue``), turns the shown error into text once more."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    class KernelShell(InteractiveShell):
+        def _showtraceback(self, etype, evalue, stb):
+            str(evalue)
+            return super()._showtraceback(etype, evalue, stb)
+
+    return KernelShell()
+
+
+def test_the_kernels_handler_survives_a_dead_drivers_chained_error(capsys):
+    """A real IPython shell with ScaleLab's handler: the chained error of a dead driver is
+    shown, the handler is not unregistered ("Custom TB Handler failed, unregistering")."""
+    from scalelab.kernels.spark_errors import install
+
+    shell = _kernel_shell()
+    namespace = {"make": _refused_while_converting_a_dead_drivers_error}
+    shell.user_ns.update(namespace)
+    install(shell, shell.user_ns)
+    for _ in range(2):  # the second time proves the handler is still registered
+        shell.run_cell("raise make()")
+        captured = capsys.readouterr()
+        shown = captured.out + captured.err
+        assert "Custom TB Handler failed" not in shown
+        assert "the Java exception's text went with the driver JVM" in shown
+        assert "Connection refused" in shown
+    assert shell.custom_exceptions != ()
+
+
+class _DyingDriverError(Py4JError):
+    """Like a Py4JJavaError raised while the driver dies: its first ``str()`` gets the Java
+    text, the next ones find the JVM gone (seen in a kernel test: the handler's first look
+    worked, ipykernel's later ``str(evalue)`` raised)."""
+
+    looks = 0
+    alive_for = 1  # looks that still get the text
+
+    def __str__(self) -> str:
+        type(self).looks += 1
+        if type(self).looks > type(self).alive_for:
+            raise ConnectionRefusedError(111, "Connection refused")
+        return "An error occurred while calling o40.collectToPython.\n: java.lang.OutOfMemoryError"
+
+
+def test_an_exception_whose_text_the_driver_loses_between_two_looks_is_frozen_at_the_first():
+    import traceback
+
+    _DyingDriverError.looks, _DyingDriverError.alive_for = 0, 1
+    error = _DyingDriverError("o40")
+    shown = printable(error)
+    for _ in range(3):
+        assert str(shown).endswith("java.lang.OutOfMemoryError")
+    assert type(shown).__name__ == "_DyingDriverError" and shown is not error
+    assert isinstance(shown, _DyingDriverError) and shown.args == ("o40",)
+    assert printable(shown) is shown  # frozen once
+    assert shown.__traceback__ is error.__traceback__
+    text = "".join(traceback.format_exception(shown))
+    assert "_DyingDriverError: An error occurred while calling o40.collectToPython." in text
+
+
+def test_the_kernels_handler_survives_a_driver_that_dies_while_its_error_is_shown(
+    capsys, monkeypatch
+):
+    """Whenever the JVM dies while the error is being shown (after the 1st, 2nd, ... look at
+    its text), the handler stays registered and the text of the first look is shown."""
+    from scalelab.kernels import spark_errors
+    from scalelab.kernels.spark_errors import install
+
+    monkeypatch.setattr(spark_errors, "DRIVER_EXIT_WAIT_S", 0.0)  # no driver here to wait for
+
+    shell = _kernel_shell()
+    shell.user_ns["DyingDriverError"] = _DyingDriverError
+    install(shell, shell.user_ns)
+    assert issubclass(_DyingDriverError, shell.custom_exceptions)  # the handler sees it
+    for alive_for in range(1, 6):
+        _DyingDriverError.looks, _DyingDriverError.alive_for = 0, alive_for
+        shell.run_cell("raise DyingDriverError('o40')")
+        captured = capsys.readouterr()
+        shown = captured.out + captured.err
+        assert "Custom TB Handler failed" not in shown, alive_for
+        assert "An error occurred while calling o40.collectToPython." in shown, alive_for
+        assert shell.custom_exceptions != ()
+        # ipykernel's execute reply: ename and evalue of the cell's error, after the cell.
+        error = shell.last_execution_result.error_in_exec
+        assert type(error).__name__ == "_DyingDriverError"
+        assert str(error).startswith("An error occurred while calling o40.collectToPython.")
+
+
+def test_a_java_error_whose_text_the_dead_driver_held_is_explained_as_a_driver_gone():
+    """Seen in a kernel test: collect()'s Py4JJavaError came back while the driver died, its
+    text could no longer be fetched and no other part of it names Py4J's connection."""
+    from scalelab.kernels.spark_errors import TEXT_UNREACHABLE
+
+    try:
+        raise _DeadDriverError("An error occurred while calling o40.collectToPython.\n")
+    except _DeadDriverError as exc:
+        text = describe(exc)
+    assert TEXT_UNREACHABLE in text and "o40.collectToPython" in text
+    explanation = explain(text, LOCAL, {})
+    assert explanation is not None and explanation.settings == ("spark.driver.memory",)
+    assert "driver JVM is gone" in explanation.title

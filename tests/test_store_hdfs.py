@@ -1,8 +1,10 @@
 """HDFS stores: Hadoop configuration (written by the test as a cluster would have it), HA
-nameservices, Kerberos, the client choice; and a real cluster when SCALELAB_TEST_NAMENODE names one.
+nameservices, Kerberos, the client choice; and an outside cluster when SCALELAB_TEST_NAMENODE
+names one.
 
-No namenode can run on these machines, so the cluster test is skipped here, saying so; the
-hdfs-native client is real in every other test (against a closed port).
+These need no namenode: the hdfs-native client is real here, against a closed port. The store on
+a real namenode and datanode (the HDFS test cluster, ``hadoop/testcluster``) is
+``tests/test_store_hdfs_cluster.py``'s.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ import socket
 from pathlib import Path
 
 import pytest
+import requests
 
 from scalelab.store import StoreConfigError, StoreUnavailableError, check_store, student_store
 from scalelab.store.access.hdfs import (
     HdfsTarget,
     check_kerberos,
     choose_client,
+    hdfs_refusal,
     kerberos_required,
     read_hadoop_conf,
     resolve_hdfs,
@@ -164,6 +168,44 @@ def test_client_choice_prefers_hdfs_native_then_libhdfs(tmp_path: Path):
         choose_client(no_jars, **without_native)
 
 
+#: hdfs-native's text for the namenode's refusal (as the HDFS test cluster gives it), shortened.
+NATIVE_REFUSAL = (
+    'RPCError("org.apache.hadoop.security.AccessControlException", "Permission denied: '
+    'user=carol, access=WRITE, inode=\\"/c/home\\":root:supergroup:drwxr-xr-x\\n\\tat '
+    "org.apache.hadoop.hdfs.server.namenode.FSPermissionChecker.check(FSPermissionChecker.java:663)"
+    '\\n")'
+)
+
+
+def _webhdfs_403(body: bytes) -> requests.HTTPError:
+    response = requests.Response()
+    response.status_code = 403
+    response._content = body
+    url = "http://127.0.0.1:9864/webhdfs/v1/c/home/carol/x?op=CREATE&user.name=carol"
+    return requests.HTTPError(f"403 Client Error: Forbidden for url: {url}", response=response)
+
+
+def test_hdfs_refusals_become_permission_errors_with_the_namenodes_reason():
+    refusal = hdfs_refusal(RuntimeError(NATIVE_REFUSAL))
+    assert isinstance(refusal, PermissionError)
+    assert str(refusal) == (
+        'HDFS refused it: Permission denied: user=carol, access=WRITE, inode="/c/home":root:'
+        "supergroup:drwxr-xr-x"
+    )
+    body = b'{"RemoteException": {"exception": "AccessControlException", "message": "Permission'
+    body += b' denied: user=carol, access=WRITE, inode=\\"/c/home\\"\\n\\tat x"}}'
+    refusal = hdfs_refusal(_webhdfs_403(body))
+    reason = 'Permission denied: user=carol, access=WRITE, inode="/c/home"'
+    assert str(refusal) == f"HDFS refused it: {reason}"
+    assert str(hdfs_refusal(_webhdfs_403(b"<html>"))) == "HDFS refused it: 403 Forbidden"
+    # Anything else is left as it is.
+    assert hdfs_refusal(RuntimeError('RPCError("java.io.FileNotFoundException", "x")')) is None
+    webhdfs = PermissionError('Permission denied: user=carol, access=EXECUTE, inode="/c/x"')
+    assert str(hdfs_refusal(webhdfs)) == f"HDFS refused it: {webhdfs}"
+    assert hdfs_refusal(PermissionError(13, "Permission denied", "/srv/course/x")) is None
+    assert hdfs_refusal(OSError("403 Client Error")) is None
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -188,8 +230,9 @@ NAMENODE = os.environ.get("SCALELAB_TEST_NAMENODE", "")
 
 @pytest.mark.skipif(
     not NAMENODE,
-    reason="no HDFS namenode can run here: set SCALELAB_TEST_NAMENODE=hdfs://host:8020/path "
-    "(a writable folder) to test against a real cluster",
+    reason="no outside HDFS cluster named: set SCALELAB_TEST_NAMENODE=hdfs://host:8020/path "
+    "(a writable folder) to test against one (the test cluster's tests are "
+    "tests/test_store_hdfs_cluster.py)",
 )
 def test_a_real_cluster_round_trip():
     user = f"scalelab-test-{secrets.token_hex(3)}"

@@ -3,7 +3,8 @@
 The spawner's ``store_identity_class`` makes the storage options of each server: the hub's
 (``SharedStoreIdentity``), the student's own S3 key (``S3KeyFile``), or the student as the HDFS
 user (``HDFSUserIdentity``). The store's own refusals with such keys are
-``tests/test_store_s3_isolation.py``'s; HDFS has no namenode here, so its part is unit tests only.
+``tests/test_store_s3_isolation.py``'s, and the namenode's with the student as the HDFS user
+``tests/test_store_hdfs_cluster.py``'s (the HDFS test cluster).
 """
 
 from __future__ import annotations
@@ -286,7 +287,7 @@ def test_the_s3_policy_limits_a_key_to_its_home_and_the_data_sets():
     ]
 
 
-# -- HDFSUserIdentity: the student as the HDFS user (no namenode here: unit tests only) -----------
+# -- HDFSUserIdentity: the student as the HDFS user (a namenode: test_store_hdfs_cluster.py) ------
 
 
 def test_hdfs_unit_no_namenode_webhdfs_simple_claims_the_student(tmp_path: Path):

@@ -59,6 +59,9 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     from scalelab.hub_ext.server import spark_ui
 
     spark_ui.setup(serverapp)  # <base_url>sparkui/<port>/: the Spark UI, whole, behind the hub
+    from scalelab.hub_ext.server import spark_ui_page
+
+    spark_ui_page.setup(serverapp)  # scalelab/sparkui: Course > Spark UI..., the kernel's UI
     deliver_labs(serverapp.root_dir, serverapp.log)
 
 

@@ -23,13 +23,34 @@ from typing import Any
 
 from jupyter_server.utils import url_path_join
 from jupyter_server_proxy.handlers import LocalProxyHandler
+from tornado.web import HTTPError
 
 #: The path segment of the Spark UI route, under the single-user server's base URL.
 SPARK_UI_SEGMENT = "sparkui"
 
 
+def gone_message(port: int) -> str:
+    """What a student reads at ``sparkui/<port>/`` when nothing listens there any more (pure)."""
+    return (
+        f"No Spark UI runs on port {port} any more: its kernel was restarted or shut down, or "
+        "spark.stop() ended its session. Open Course > Spark UI... in JupyterLab for the UI of "
+        "the kernel running now (a PySpark notebook's next cell that uses spark starts one)."
+    )
+
+
 class SparkUIProxyHandler(LocalProxyHandler):
-    """jupyter-server-proxy's local proxy at ``<base_url>sparkui/<port>/<path>``."""
+    """jupyter-server-proxy's local proxy at ``<base_url>sparkui/<port>/<path>``; a port nobody
+    listens on (a stale link after a kernel restart) is a 502 page saying so, not a bare 500."""
+
+    async def proxy(self, port: Any, proxied_path: str) -> Any:
+        try:
+            return await super().proxy(port, proxied_path)
+        except ConnectionRefusedError:
+            # 502 (the proxy's upstream is gone): jupyter_server's page for it shows the message
+            # (its 404 page shows a fixed text).
+            raise HTTPError(
+                502, "%s", gone_message(int(port)), reason="No Spark UI on this port"
+            ) from None
 
     def _get_context_path(self, host: str, port: int) -> str:
         # Where redirects (Location: /jobs/) are put back under: this route, not proxy/<port>.

@@ -1,13 +1,18 @@
-"""The course store as a drive in JupyterLab's file browser, through jupyter-fs.
+"""The course store as the folder ``store`` of the home in JupyterLab's file browser, through
+jupyter-fs.
 
 ScaleLab's server extension (:mod:`scalelab.hub_ext.server.extension`) calls :func:`link` before the
 single-user server builds its contents manager, and :func:`load` once it runs:
 
 - the contents manager becomes jupyter-fs' ``MetaManager`` (as
-  :class:`~scalelab.hub_ext.server.store_contents.StoreMetaManager`, which answers the store's
-  refusals with HTTP 403): the home folder stays the file browser's root (served by the
-  contents manager ops configured, if synchronous), and the store is one more drive,
-  ``<hash>:path`` in the contents REST API;
+  :class:`~scalelab.hub_ext.server.store_contents.StoreMetaManager`): the home folder stays the
+  file browser's root (served by the contents manager ops configured, if synchronous), the store
+  is jupyter-fs' drive ``<hash>:path``, and the file browser shows it as the folder ``store`` at
+  the home's root (``c.StoreDrive.folder_name``), whose ``store/<path>`` is the path ``<path>``
+  the kernel's ``store`` takes; the store's refusals are HTTP 403;
+- jupyter-fs' own sidebar is not shown: its JupyterLab extension is disabled for every student
+  (``etc/jupyter/labconfig/page_config.d/scalelab.json`` in the environment, installed from
+  ``hub_ext/jupyter-config/page-config.json``);
 - the drive is the student's view of the store (URL ``scalelab:///``, see
   :class:`scalelab.store.StudentStore`): ``home/<user>`` read-write, ``datasets/`` read-only,
   ``..``, absolute paths and symlinks leaving them refused;
@@ -24,10 +29,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from traitlets import Bool, Unicode
+from traitlets import Bool, TraitError, Unicode, validate
 from traitlets.config import Config, Configurable
 
 from scalelab import envvars
+from scalelab.hub_ext.server.store_folder import DEFAULT_FOLDER, check_folder_name
 from scalelab.store.access.student import PROTOCOL, register_protocol
 
 #: The drive's fsspec URL: the student's view of the store, read from the environment.
@@ -35,15 +41,34 @@ DRIVE_URL = f"{PROTOCOL}:///"
 
 
 class StoreDrive(Configurable):
-    """The course store drive in the file browser (``c.StoreDrive.*`` in the server's config)."""
+    """The course store in the file browser (``c.StoreDrive.*`` in the server's config)."""
 
     enabled = Bool(
         True,
         config=True,
-        help="Show the course store as a drive beside the home folder. Needs "
-        "SCALELAB_STORE_URL (set by the spawner) and jupyter-fs; without either, no drive.",
+        help="Show the course store as a folder of the home in the file browser (folder_name). "
+        "Needs SCALELAB_STORE_URL (set by the spawner) and jupyter-fs; without either, no store "
+        "folder.",
     )
-    name = Unicode("Course store", config=True, help="The drive's name in the file browser.")
+    folder_name = Unicode(
+        DEFAULT_FOLDER,
+        config=True,
+        help="The course store's folder at the home's root in the file browser: with 'store', "
+        "store/home/you/x.csv there is store.open('home/you/x.csv') in a notebook. A real file "
+        "or folder of that name in a student's home wins (the server logs a warning).",
+    )
+    name = Unicode(
+        "Course store",
+        config=True,
+        help="The store's name among jupyter-fs' resources (GET /jupyterfs/resources).",
+    )
+
+    @validate("folder_name")
+    def _valid_folder_name(self, proposal: Any) -> str:
+        try:
+            return check_folder_name(proposal["value"])
+        except ValueError as exc:
+            raise TraitError(f"c.StoreDrive.folder_name: {exc}") from None
 
 
 def drive_id(url: str = DRIVE_URL) -> str:
@@ -99,7 +124,7 @@ def link(serverapp: Any, environ: Mapping[str, str] | None = None) -> None:
 
     from scalelab.hub_ext.server.store_contents import StoreMetaManager
 
-    config = Config(drive_config(StoreDrive(parent=serverapp).name))
+    config = Config(drive_config(StoreDrive(parent=serverapp).name))  # folder_name checked
     if "contents_manager_class" in serverapp.config.get("ServerApp", {}):
         # Ops chose a contents manager: it stays the home's, under jupyter-fs. jupyter-fs calls
         # its root manager synchronously, so an asynchronous one cannot go under it.
@@ -130,5 +155,8 @@ def load(serverapp: Any) -> None:
 
     _load_jupyter_server_extension(serverapp)
     serverapp.log.info(
-        "ScaleLab: the course store is the drive %s: in the file browser", drive_id()
+        "ScaleLab: the course store is the folder %r of the home in the file browser "
+        "(jupyter-fs' drive %s:)",
+        StoreDrive(parent=serverapp).folder_name,
+        drive_id(),
     )

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scalelab.commands.invocation import scalelab_command
 from scalelab.commands.state_files import StateFolder
 from scalelab.kernels.spark_defaults import DEFAULT_SPARK_MASTER
 
@@ -225,7 +226,7 @@ def _with_datasets(check: Check, store_url: str, store_options: Mapping[str, Any
         return check
     if not missing:
         return Check(check.name, OK, f"{check.detail}; it holds the course data sets")
-    fix = f"scalelab data fetch {' '.join(missing)} --store {shlex.quote(store_url)}"
+    fix = f"{scalelab_command()} data fetch {' '.join(missing)} --store {shlex.quote(store_url)}"
     return Check(
         check.name, WARN, f"{check.detail}, but lacks data sets: {', '.join(missing)}", fix
     )
@@ -236,7 +237,7 @@ def fetch_command(store_url: str) -> str:
     sets (:data:`scalelab.store.DATASETS`), as one shell line."""
     from scalelab.store import DATASETS
 
-    return f"scalelab data fetch {' '.join(DATASETS)} --store {shlex.quote(store_url)}"
+    return f"{scalelab_command()} data fetch {' '.join(DATASETS)} --store {shlex.quote(store_url)}"
 
 
 def _check_local_store(store_url: str, folder: Path, timeout_s: float) -> Check:

@@ -49,6 +49,7 @@ from scalelab.commands.identity import (
     choose_identity,
     install_paths,
 )
+from scalelab.commands.invocation import scalelab_command
 from scalelab.commands.state_files import StateFolder, default_state_dir, default_store_url
 from scalelab.commands.state_modes import HUB_UMASK, check_operator_config, protect_state
 from scalelab.commands.up_config import (
@@ -426,6 +427,11 @@ def resolve_password(given: str | None) -> tuple[str, bool]:
     return password, False
 
 
+#: Seconds a hub that ended is given for up's own stop signal to arrive before up calls the
+#: end unexpected.
+STOP_SIGNAL_GRACE_S = 1.0
+
+
 def data_hint(store_url: str) -> str | None:
     """A line telling the operator which data sets are missing and how to fetch them, or None."""
     try:
@@ -441,7 +447,8 @@ def data_hint(store_url: str) -> str | None:
     where = "" if store_url == default_store_url(default_state_dir()) else f" --store {store_url}"
     return (
         f"The course data sets are not in the store yet: {', '.join(missing)}. Fetch them with\n"
-        f"  scalelab data fetch {' '.join(missing)}{where}    (add --mirror DIR for a local copy)"
+        f"  {scalelab_command()} data fetch {' '.join(missing)}{where}"
+        "    (add --mirror DIR for a local copy)"
     )
 
 
@@ -856,7 +863,9 @@ def _serve(
                     _record(files, everything)
                     recorded = {p.pid for p in everything}
                 stop.wait(2)
-            if proc.poll() is not None and not stop.is_set():
+            # A hub that ended together with a stop signal to up (a closed terminal sends SIGHUP
+            # to both at once) was stopped, not crashed: the signal's handler gets a second.
+            if proc.poll() is not None and not stop.wait(STOP_SIGNAL_GRACE_S):
                 _say(  # the terminal may be gone too (EIO)
                     f"The hub exited unexpectedly. Last lines of {log_path}:\n"
                     + _log_tail(log_path, log_offset),

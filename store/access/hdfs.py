@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -283,3 +284,42 @@ def open_hdfs(
 def _native_host(netloc: str) -> dict[str, Any]:
     host, _, port = netloc.rpartition(":") if ":" in netloc else (netloc, "", "")
     return {"host": host, "port": int(port)} if port else {"host": netloc}
+
+
+#: The namenode's reason in hdfs-native's error text, ``RPCError("<class>", "<message>\n\tat ...")``
+#: in Rust's debug form (quotes and line breaks escaped).
+_NATIVE_REFUSAL = re.compile(r'AccessControlException", "((?:[^"\\]|\\")*?)(?:\\n|"\))')
+
+
+def hdfs_refusal(exc: BaseException) -> PermissionError | None:
+    """HDFS's permissions refusing a client, as a ``PermissionError`` with the namenode's reason
+    on one line (``Permission denied: user=alice, access=WRITE, inode="/course/datasets":...``);
+    None when ``exc`` is no such refusal (pure).
+
+    hdfs-native raises the namenode's ``AccessControlException`` as a ``RuntimeError`` whose text
+    holds the Java stack trace; fsspec's WebHDFS raises requests' ``HTTPError`` (403) when the
+    datanode refuses a write, the reason only in the response's JSON, and a ``PermissionError``
+    with the bare reason when the namenode refuses. All three get the same form.
+    """
+    if isinstance(exc, PermissionError):
+        text = str(exc)
+        if not text.startswith("Permission denied: user="):  # not the namenode's (a local file)
+            return None
+        reason = text.splitlines()[0]
+    elif isinstance(exc, RuntimeError):
+        found = _NATIVE_REFUSAL.search(str(exc))
+        if found is None:
+            return None
+        reason = found.group(1).replace('\\"', '"')
+    elif type(exc).__name__ == "HTTPError" and "/webhdfs/v1/" in str(exc):
+        response = getattr(exc, "response", None)
+        if getattr(response, "status_code", None) != 403:
+            return None
+        try:
+            remote = response.json()["RemoteException"]
+            reason = f"{remote['message']}".splitlines()[0]
+        except (ValueError, KeyError, TypeError, IndexError):
+            reason = "403 Forbidden"
+    else:
+        return None
+    return PermissionError(f"HDFS refused it: {reason}")

@@ -23,7 +23,9 @@ top of fsspec:
   fsspec's local ``created`` is): the birth time where the platform has one, else the earlier;
 - a store that cannot be reached (endpoint or namenode down, local root unmounted) raises
   :class:`~scalelab.store.errors.StoreUnavailableError`, naming the setting to check, instead of
-  a back end's own exception.
+  a back end's own exception; HDFS's permissions refusing the student's identity raise a
+  ``PermissionError`` with the namenode's one-line reason (hdfs-native's is a ``RuntimeError``
+  holding a Java stack trace, WebHDFS's write an HTTP 403 without the reason).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from scalelab.store.access import fs as store_fs
 from scalelab.store.access import walkguard
 from scalelab.store.access.fs import _is_local, open_target, store_settings
 from scalelab.store.access.guard import StoreView
+from scalelab.store.access.hdfs import hdfs_refusal
 from scalelab.store.errors import StoreAccessError, StoreError, StoreUnavailableError
 
 #: fsspec protocol of the student's view, registered by :func:`register_protocol`.
@@ -248,15 +251,22 @@ class StudentStore(DirFileSystem):
             "half-written was left."
         )
 
+    def _failure(self, exc: BaseException) -> Exception | None:
+        """``exc`` as the store's own error, or None to raise it as it is: a store that cannot be
+        reached (:class:`StoreUnavailableError`), or HDFS's permissions refusing the student's
+        identity (a ``PermissionError`` with the namenode's reason, see
+        :func:`~scalelab.store.access.hdfs.hdfs_refusal`)."""
+        return self._unavailable(exc) or hdfs_refusal(exc)
+
     def _call(self, fn: Callable[[], Any]) -> Any:
         try:
             return fn()
         except StoreError:
             raise
         except Exception as exc:
-            unavailable = self._unavailable(exc)
-            if unavailable is not None:
-                raise unavailable from exc
+            failure = self._failure(exc)
+            if failure is not None:
+                raise failure from exc
             raise
 
     # -- listings and files ------------------------------------------------------------------
@@ -414,7 +424,7 @@ class StudentStore(DirFileSystem):
         if write and self.local and "a" not in mode and "+" not in mode:
             return self._call(lambda: self._open_atomic(path, mode, **kwargs))
         inner = self._call(lambda: DirFileSystem.open(self, path, mode, **kwargs))
-        return _StoreFile(inner, self._unavailable, write)
+        return _StoreFile(inner, self._failure, write)
 
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
         if not self.local:
@@ -459,7 +469,7 @@ class StudentStore(DirFileSystem):
             raise FileExistsError(f"{path!r} already exists in the course store")
         temp = str(part_path(target))
         inner = self.fs.open(temp, mode.replace("x", "w"), **kwargs)
-        return _StoreFile(inner, self._unavailable, True, temp, target)
+        return _StoreFile(inner, self._failure, True, temp, target)
 
 
 #: Whether ``os.stat`` gives a file's birth time here (macOS, the BSDs, Windows; not Linux).
@@ -492,7 +502,7 @@ walkguard.refuse_async(StudentStore)
 
 
 class _StoreFile:
-    """A file of the store whose errors say when the store is unreachable.
+    """A file of the store whose errors say when the store is unreachable or HDFS refuses it.
 
     Written files are published only by a clean close: on a local store the temporary file
     ``temp`` is renamed onto ``target`` (keeping ``target``'s mode); on an object store the back
@@ -505,14 +515,14 @@ class _StoreFile:
     def __init__(
         self,
         inner: Any,
-        unavailable: Callable[[BaseException], StoreUnavailableError | None],
+        failure: Callable[[BaseException], Exception | None],
         writing: bool,
         temp: str | None = None,
         target: str | None = None,
     ) -> None:
         self._inner = inner
         self._writing = writing
-        self._unavailable = unavailable
+        self._failure = failure
         self._temp = temp
         self._target = target
         self._done = False
@@ -523,8 +533,8 @@ class _StoreFile:
         if isinstance(exc, OSError) and exc.errno in FULL_ERRNOS and not exc.filename:
             # A write's ENOSPC names no file: name the one written, so its disk can be told.
             exc.filename = self._target
-        unavailable = self._unavailable(exc)
-        return exc if unavailable is None else unavailable
+        failure = self._failure(exc)
+        return exc if failure is None else failure
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)

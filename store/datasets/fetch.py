@@ -12,8 +12,9 @@ to readers (:func:`is_present`, :func:`missing_datasets`) and to the next fetch,
 anew. A data set whose manifest is present and current is left alone, so a re-run does nothing.
 How a data set is published depends on the store:
 
-- a local store (``file://``) stages the files and the manifest under ``datasets/.staging/`` and
-  renames the folder into place: the data set appears whole at once;
+- a local store (``file://``) and HDFS (``hdfs://``, ``webhdfs://``) stage the files and the
+  manifest under ``datasets/.staging/`` and rename the folder into place: the data set appears
+  whole at once;
 - stores without an atomic rename (S3 and other object stores) get the final objects written in
   place and the manifest last (an old version loses its manifest first); an interrupted upload
   leaves no manifest, and the files it wrote are removed then or by the next fetch.
@@ -240,15 +241,22 @@ def convert(spec: DatasetSpec, root: Path, origins: dict[str, str]) -> dict[str,
         ) from None
 
 
+#: fsspec protocols of HDFS clients (hdfs-native, pyarrow's libhdfs, WebHDFS): a folder's rename
+#: is one atomic step of the namenode.
+HDFS_PROTOCOLS = frozenset({"hdfs", "arrow_hdfs", "webhdfs", "viewfs"})
+
+
 def renames_atomically(fs: AbstractFileSystem) -> bool:
-    """True when ``fs`` moves a folder in one atomic step: a local disk (``file://``).
+    """True when ``fs`` moves a folder in one atomic step: a local disk (``file://``) or HDFS
+    (``hdfs://``, ``webhdfs://``: the namenode renames the folder).
 
     Object stores (S3 and the like) have no rename at all -- fsspec's ``mv`` copies every object
     and deletes the originals, which s3fs on SeaweedFS cannot even do for a folder -- so a data
     set is published there by writing its objects in place and the manifest last.
     """
     base = fs.fs if isinstance(fs, DirFileSystem) else fs
-    return isinstance(base, LocalFileSystem)
+    protocols = base.protocol if isinstance(base.protocol, tuple) else (base.protocol,)
+    return isinstance(base, LocalFileSystem) or not HDFS_PROTOCOLS.isdisjoint(protocols)
 
 
 def _publish_by_rename(

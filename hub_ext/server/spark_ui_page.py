@@ -1,0 +1,167 @@
+"""The page that opens the Spark UI of the student's running kernel, ``<base_url>scalelab/sparkui``.
+
+JupyterLab reaches it from "Course > Spark UI..." (``hub_ext/jupyter-config/lab-overrides.json``,
+``help:open`` on ``/hub/user-redirect/scalelab/sparkui`` in a new tab), so no JupyterLab build is
+needed. The page reads the records that PySpark kernels write into the server's runtime folder
+(:mod:`scalelab.kernels.spark_ui_record`) and keeps those of kernels that still run: the kernel
+is one of the server's kernel manager's, its process lives, and something listens on the UI's
+port. Then:
+
+- one: a redirect (302) to that UI's Jobs page, ``<base_url>sparkui/<port>/jobs/``
+  (:mod:`scalelab.hub_ext.server.spark_ui` serves it);
+- several: a list of links to them, each named by its notebook's path (else the kernel's name),
+  with the application's name and when it started;
+- none: one line saying so and how to get one.
+
+Ports come from the records only (nothing in the request chooses one), and the page only
+links: the UI itself goes through the ``sparkui/<port>/`` route. Reading needs the ``kernels``
+read permission.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import JupyterHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+from scalelab.common.processes import pid_runs
+from scalelab.hub_ext.server.spark_ui import SPARK_UI_SEGMENT
+from scalelab.kernels.spark_ui_record import SparkUIRecord, read_records
+from scalelab.templates import templates_dir
+
+_env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=True)
+
+#: The page's path under the single-user server's base URL.
+PAGE_PATH = "scalelab/sparkui"
+
+
+@dataclass(frozen=True)
+class SparkUIEntry:
+    """A running kernel's Spark UI, as the page lists it.
+
+    Attributes
+    ----------
+    url
+        The UI's Jobs page, ``<base_url>sparkui/<port>/jobs/``.
+    label
+        The kernel's notebook path, else its kernel name.
+    app_name, app_id
+        The Spark application's.
+    started
+        When its SparkContext started, as local time (``2026-12-03 08:10:05 UTC``).
+    """
+
+    url: str
+    label: str
+    app_name: str
+    app_id: str
+    started: str
+
+
+def spark_ui_url(base_url: str, port: int) -> str:
+    """``("/user/alice/", 41234)`` -> ``"/user/alice/sparkui/41234/jobs/"``."""
+    return url_path_join(base_url, SPARK_UI_SEGMENT, str(port), "jobs/")
+
+
+def live_records(
+    records: Iterable[SparkUIRecord],
+    running_kernels: Collection[str],
+    process_runs: Callable[[int], bool],
+) -> list[SparkUIRecord]:
+    """The records of kernels that still run (pure but for ``process_runs``), newest first.
+
+    Parameters
+    ----------
+    records
+        As :func:`~scalelab.kernels.spark_ui_record.read_records` found them.
+    running_kernels
+        The ids of the server's running kernels (a record of a kernel shut down is stale).
+    process_runs
+        Whether a pid runs (:func:`scalelab.common.processes.pid_runs`): a kernel restarted
+        under the same id has a new pid, and its old record is stale.
+    """
+    live = [r for r in records if r.kernel_id in running_kernels and process_runs(r.pid)]
+    return sorted(live, key=lambda r: r.started, reverse=True)
+
+
+def kernel_labels(
+    sessions: Iterable[Mapping[str, Any]], kernel_names: Mapping[str, str]
+) -> dict[str, str]:
+    """Kernel id -> what the page calls it (pure): the path of its notebook (a notebook's
+    session before a console's), else its kernel name (``kernel_names``: id -> name).
+
+    ``sessions`` are jupyter_server's session models (``path``, ``type``, ``kernel.id``)."""
+    labels = dict(kernel_names)
+    ranked = sorted(sessions, key=lambda s: s.get("type") == "notebook")
+    for session in ranked:  # a notebook's last, so that it wins
+        kernel_id = (session.get("kernel") or {}).get("id")
+        if kernel_id and session.get("path"):
+            labels[kernel_id] = session["path"]
+    return labels
+
+
+def port_listens(port: int, host: str = "127.0.0.1", timeout_s: float = 0.5) -> bool:
+    """Whether something accepts TCP connections on ``host:port`` (a driver's UI that is gone,
+    its JVM killed under a running kernel, does not)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _started(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(seconds))
+
+
+class SparkUIPageHandler(JupyterHandler):
+    auth_resource = "kernels"
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        manager = self.kernel_manager
+        running = set(manager.list_kernel_ids())
+
+        def find() -> list[SparkUIRecord]:
+            found = live_records(read_records(manager.connection_dir), running, pid_runs)
+            return [record for record in found if port_listens(record.port)]
+
+        live = await asyncio.to_thread(find)
+        self.set_header("Cache-Control", "no-store")  # which kernel runs Spark changes
+        if len(live) == 1:
+            self.redirect(spark_ui_url(self.base_url, live[0].port))
+            return
+        names = {}
+        for kernel_id in running:
+            try:
+                names[kernel_id] = manager.get_kernel(kernel_id).kernel_name
+            except KeyError:  # shut down meanwhile
+                continue
+        labels = kernel_labels(await self.session_manager.list_sessions(), names)
+        entries = [
+            SparkUIEntry(
+                url=spark_ui_url(self.base_url, record.port),
+                label=labels.get(record.kernel_id, record.kernel_id),
+                app_name=record.app_name,
+                app_id=record.app_id,
+                started=_started(record.started),
+            )
+            for record in live
+        ]
+        self.finish(_env.get_template("spark_ui.html").render(entries=entries))
+
+
+def setup(serverapp: Any) -> None:
+    """Register the page on ``serverapp``'s web application."""
+    base = serverapp.web_app.settings["base_url"]
+    serverapp.web_app.add_handlers(".*$", [(url_path_join(base, PAGE_PATH), SparkUIPageHandler)])

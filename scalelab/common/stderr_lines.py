@@ -1,0 +1,203 @@
+"""Known-harmless lines that native code writes straight to stderr, dropped by their own text;
+every other byte passes through, in order.
+
+Some libraries write to file descriptor 2 before any setting of theirs applies, so no log level
+and no Python warning filter reaches them, and in a notebook whatever reaches fd 2 is a red
+stderr box: TensorFlow's "oneDNN custom operations are on" (abseil writes it before its logging
+is initialised, whatever ``TF_CPP_MIN_LOG_LEVEL`` says: abseil-cpp#1718, tensorflow#102212) and
+the JVM's "WARNING: Using incubator modules: jdk.incubator.vector" (Spark 4's launcher always
+adds that module, and the JVM has no setting to keep the line quiet).
+
+- :class:`Harmless` names one such line (a regular expression over the whole line, without its
+  line end) and, optionally, a line that comes just before it and goes with it;
+- :class:`LineFilter` drops them from a stream of bytes (pure), and may fold the frames of a
+  Java stack trace that a JVM prints itself (an uncaught exception in one of its threads) into
+  one line;
+- :func:`forward` copies a pipe to a file descriptor through a filter, in a thread;
+- :func:`filtered_stderr` sends fd 2 through a filter for the length of a block (an import).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import select
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+#: Seconds of quiet after which a partial line (or a held line) is passed on as it is.
+QUIET_S = 0.2
+#: Seconds :func:`filtered_stderr` waits at its end for the filter to pass on what it read.
+DRAIN_S = 5.0
+#: One line of a Java stack trace below its exception's line: a frame (``\tat ...``) or the
+#: ``... 12 more`` that ends a cause's frames.
+JAVA_FRAME = re.compile(
+    rb"\s+(at [\w$./<>-]+\(.*\)|\.\.\. \d+ more|\.\.\. \d+ common frames omitted)"
+)
+
+
+@dataclass(frozen=True)
+class Harmless:
+    """One known-harmless line of a library's stderr.
+
+    ``line``: a regular expression (bytes) that the whole line, without its line end, must
+    match; ``preamble``: one that the line just before it may match, dropped with it (and only
+    with it: alone, it passes); ``why``: why the line is harmless (for the docs and readers).
+    """
+
+    line: re.Pattern[bytes]
+    why: str
+    preamble: re.Pattern[bytes] | None = None
+
+
+class LineFilter:
+    """Drops :class:`Harmless` lines from a byte stream fed in pieces of any size.
+
+    :meth:`feed` returns what to pass on now: whole lines, except the dropped ones; a partial
+    line, or a line that may be the preamble of a harmless one, is held until the next piece
+    tells (or :meth:`flush` passes it on). With ``fold_java_frames``, each run of
+    :data:`JAVA_FRAME` lines is passed on as one line, ``\t... N Java frames left out``, after
+    the exception's own line (and each ``Caused by:`` line) that came before it.
+    """
+
+    def __init__(self, known: Sequence[Harmless], *, fold_java_frames: bool = False):
+        self.known = tuple(known)
+        self.fold_java_frames = fold_java_frames
+        self._partial = b""
+        self._held = b""  # a whole line that may be a preamble
+        self._frames = 0  # Java frames left out since the last line passed on
+
+    @property
+    def holding(self) -> bool:
+        """Whether something is held (a partial line, a possible preamble)."""
+        return bool(self._partial or self._held or self._frames)
+
+    def feed(self, data: bytes) -> bytes:
+        """The bytes of ``data`` (after what was held) to pass on now."""
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        return b"".join(self._line(line + b"\n") for line in lines)
+
+    def flush(self) -> bytes:
+        """Everything held, to pass on as it is (the stream ended or went quiet)."""
+        out = self._folded() + self._held + self._partial
+        self._held = self._partial = b""
+        return out
+
+    def _folded(self) -> bytes:
+        """The line that stands for the Java frames left out since the last line, if any."""
+        count, self._frames = self._frames, 0
+        return b"\t... %d Java frames left out\n" % count if count else b""
+
+    def _line(self, line: bytes) -> bytes:
+        text = line.rstrip(b"\r\n")
+        held, self._held = self._held, b""
+        if self.fold_java_frames and JAVA_FRAME.fullmatch(text):
+            self._frames += 1
+            return held
+        held = self._folded() + held
+        if held:
+            before = held.rstrip(b"\r\n")
+            for known in self.known:
+                if (
+                    known.preamble is not None
+                    and known.preamble.fullmatch(before)
+                    and known.line.fullmatch(text)
+                ):
+                    return b""
+        if any(known.line.fullmatch(text) for known in self.known):
+            return held
+        if any(k.preamble is not None and k.preamble.fullmatch(text) for k in self.known):
+            self._held = line
+            return held
+        return held + line
+
+
+def _write_all(fd: int, data: bytes) -> bool:
+    """Write all of ``data`` to ``fd``; False if ``fd`` no longer takes it."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except InterruptedError:
+            continue
+        except OSError:
+            return False
+    return True
+
+
+def forward(
+    source: int,
+    target: int,
+    known: Sequence[Harmless],
+    *,
+    close_target: bool = False,
+    fold_java_frames: bool = False,
+) -> threading.Thread:
+    """Copy file descriptor ``source`` (the read end of a pipe) to ``target`` until end of file,
+    without the :class:`Harmless` lines, in a daemon thread (returned, started); with
+    ``fold_java_frames``, each run of a Java stack trace's frames is one line (:class:`LineFilter`).
+
+    A partial line is passed on after :data:`QUIET_S` seconds of quiet, so a prompt or a
+    progress line is not held back. ``source`` (and ``target`` with ``close_target``) is closed
+    at the end. If ``target`` stops taking data, ``source`` is still read to its end, so the
+    writer never blocks on a full pipe.
+    """
+
+    def run() -> None:
+        lines = LineFilter(known, fold_java_frames=fold_java_frames)
+        open_target = True
+        poller = select.poll()  # not select(): a kernel may hold descriptors past 1023
+        poller.register(source, select.POLLIN)
+        try:
+            while True:
+                if not poller.poll(QUIET_S * 1000 if lines.holding else None):
+                    held = lines.flush()
+                    open_target = open_target and _write_all(target, held)
+                    continue
+                data = os.read(source, 65536)
+                if not data:
+                    break
+                passed = lines.feed(data)
+                if passed and open_target:
+                    open_target = _write_all(target, passed)
+            if open_target:
+                _write_all(target, lines.flush())
+        finally:
+            os.close(source)
+            if close_target:
+                os.close(target)
+
+    thread = threading.Thread(target=run, name="scalelab-stderr-filter", daemon=True)
+    thread.start()
+    return thread
+
+
+@contextlib.contextmanager
+def filtered_stderr(known: Sequence[Harmless], fd: int = 2) -> Iterator[None]:
+    """Within the block, what the process writes to ``fd`` (its stderr: C code's and Python's
+    ``sys.__stderr__`` alike) goes through a pipe and a :func:`forward` thread to where ``fd``
+    pointed before, without the ``known`` lines. At the end ``fd`` points there again, and the
+    thread is given :data:`DRAIN_S` seconds to pass on the rest (a child that kept a copy of the
+    pipe keeps it open longer: the thread then finishes on its own). Where ``fd`` is not open,
+    there is nothing to filter: the block runs as it is."""
+    try:
+        saved = os.dup(fd)
+    except OSError:
+        yield
+        return
+    read_end, write_end = os.pipe()
+    try:
+        os.dup2(write_end, fd)
+    except OSError:
+        for end in (read_end, write_end, saved):
+            os.close(end)
+        raise
+    os.close(write_end)
+    thread = forward(read_end, saved, known, close_target=True)
+    try:
+        yield
+    finally:
+        os.dup2(saved, fd)  # closes fd's copy of the pipe: the thread reads to its end
+        thread.join(DRAIN_S)
