@@ -125,7 +125,6 @@ def test_the_cluster_writes_a_client_configuration_that_resolves(
     assert conf["hadoop.security.authentication"] == "simple"
     target = resolve_hdfs("hdfs:///course", conf)  # the namenode from fs.defaultFS
     assert target.namenodes == (("127.0.0.1", hdfs_cluster.rpc_port),)
-    assert hdfs_cluster.start_s < 120, f"the cluster took {hdfs_cluster.start_s:.0f} s to start"
 
 
 def test_a_cluster_that_cannot_start_fails_with_the_jvms_own_words(tmp_path: Path):
