@@ -848,6 +848,7 @@ def hub_pids(state_dir: Path) -> set[int]:
 def run_checks(s: DoctorSettings, env: Mapping[str, str] | None = None) -> list[Check]:
     """Every check, in order, on ``s`` with the servers' environment ``env``; each looks and
     none creates or changes a file. Never raises for a broken host."""
+    from scalelab.commands.doctor_hadoop import hadoop_checks
     from scalelab.commands.up import UpError, find_proxy
 
     env = python_env() if env is None else env
@@ -859,6 +860,7 @@ def run_checks(s: DoctorSettings, env: Mapping[str, str] | None = None) -> list[
         check_java(env),
         check_spark(env, s.spark_master),
         check_store(s.store_url, s.store_options),
+        *hadoop_checks(s.store_url, s.store_options, s.spark_master, env),
         check_homes(s.home_root),
         check_gpus(s.declared_gpus, s.exclude_gpus),
         check_proxy(proxy),

@@ -15,7 +15,7 @@ import importlib.util
 import os
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,13 +51,17 @@ class HdfsTarget:
     path: str
 
 
-def read_hadoop_conf(conf_dir: str | os.PathLike[str] | None) -> dict[str, str]:
-    """The properties of ``core-site.xml`` and ``hdfs-site.xml`` in ``conf_dir``.
+def read_hadoop_conf(
+    conf_dir: str | os.PathLike[str] | None, files: Sequence[str] = CONF_FILES
+) -> dict[str, str]:
+    """The properties of ``files`` (``core-site.xml`` and ``hdfs-site.xml``) in ``conf_dir``.
 
     Parameters
     ----------
     conf_dir
         ``HADOOP_CONF_DIR``; None or a folder without the files gives ``{}``.
+    files
+        The files' names, later ones winning (``yarn-site.xml`` for YARN's settings).
 
     Raises
     ------
@@ -67,7 +71,7 @@ def read_hadoop_conf(conf_dir: str | os.PathLike[str] | None) -> dict[str, str]:
     conf: dict[str, str] = {}
     if not conf_dir:
         return conf
-    for name in CONF_FILES:
+    for name in files:
         path = Path(conf_dir) / name
         if not path.is_file():
             continue

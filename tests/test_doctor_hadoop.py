@@ -1,0 +1,181 @@
+"""``scalelab doctor``'s cluster checks: the namenode (RPC and WebHDFS), the Kerberos ticket, the
+ResourceManager. The unit tests point them at closed ports and hand-written configurations; the
+``hadoop`` ones at the real test cluster (tests/hadoopcluster.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scalelab.commands.doctor import FAIL, OK, WARN
+from scalelab.commands.doctor_hadoop import (
+    check_namenode,
+    check_resourcemanager,
+    check_ticket,
+    hadoop_checks,
+    namenode_http_addresses,
+    resourcemanager_web_address,
+)
+from scalelab.commands.up import free_port
+from scalelab.store.access.hdfs import resolve_hdfs
+from tests.hadoopcluster import HadoopTestCluster
+
+HA_CONF = {
+    "dfs.nameservices": "course",
+    "dfs.ha.namenodes.course": "nn1,nn2",
+    "dfs.namenode.rpc-address.course.nn1": "127.0.0.1:{nn1}",
+    "dfs.namenode.rpc-address.course.nn2": "127.0.0.1:{nn2}",
+    "dfs.namenode.http-address.course.nn1": "127.0.0.1:9871",
+    "dfs.namenode.http-address.course.nn2": "127.0.0.1:9872",
+}
+
+
+def _ha_conf(nn1: int, nn2: int) -> dict[str, str]:
+    return {k: v.format(nn1=nn1, nn2=nn2) for k, v in HA_CONF.items()}
+
+
+def test_the_webhdfs_addresses_follow_the_nameservice_or_the_single_namenode():
+    conf = _ha_conf(8020, 8021)
+    target = resolve_hdfs("hdfs://course/data", conf)
+    assert namenode_http_addresses(target, conf) == ["127.0.0.1:9871", "127.0.0.1:9872"]
+    single = {"dfs.namenode.http-address": "nn.example:9870"}
+    assert namenode_http_addresses(resolve_hdfs("hdfs://nn.example:8020/", single), single) == [
+        "nn.example:9870"
+    ]
+    assert namenode_http_addresses(resolve_hdfs("hdfs://nn.example:8020/", {}), {}) == []
+
+
+def test_the_resourcemanager_address_is_its_webapp_address_or_its_host_on_8088():
+    assert resourcemanager_web_address({"yarn.resourcemanager.webapp.address": "rm:8089"}) == (
+        "rm:8089"
+    )
+    assert resourcemanager_web_address({"yarn.resourcemanager.hostname": "rm"}) == "rm:8088"
+    # yarn-default.xml's form refers to the hostname: take the host then.
+    conf = {
+        "yarn.resourcemanager.webapp.address": "${yarn.resourcemanager.hostname}:8088",
+        "yarn.resourcemanager.hostname": "rm",
+    }
+    assert resourcemanager_web_address(conf) == "rm:8088"
+    assert resourcemanager_web_address({}) is None
+
+
+def test_a_hub_off_the_cluster_gets_no_cluster_check(tmp_path: Path):
+    assert hadoop_checks("file:///srv/course", {}, "local[*]", {}) == []
+    assert hadoop_checks("s3://course", {}, "local[2]", {"HADOOP_CONF_DIR": str(tmp_path)}) == []
+
+
+def test_a_namenode_that_does_not_answer_fails_naming_the_address_and_the_fix():
+    port = free_port()  # nothing listens there
+    conf = {"dfs.namenode.http-address": f"127.0.0.1:{free_port()}"}
+    check = check_namenode(f"hdfs://127.0.0.1:{port}/course", {}, conf, {}, timeout_s=2)
+    assert check.status == FAIL
+    assert f"RPC 127.0.0.1:{port} (Connection refused)" in check.detail
+    assert "WebHDFS 127.0.0.1:" in check.detail and "connection refused" in check.detail
+    assert "hdfs --daemon start namenode" in check.fix
+    assert "dfs.namenode.rpc-address" in check.fix
+
+
+def test_a_bad_hdfs_configuration_fails_with_the_property_named():
+    conf = {"dfs.nameservices": "course"}
+    check = check_namenode("hdfs://course/data", {}, conf, {}, timeout_s=1)
+    assert check.status == FAIL
+    assert "dfs.ha.namenodes.course" in check.detail
+
+
+def test_yarn_without_a_configuration_fails_naming_yarn_site():
+    check = check_resourcemanager({}, None)
+    assert check.status == FAIL
+    assert "no HADOOP_CONF_DIR or YARN_CONF_DIR" in check.detail
+    assert "yarn.resourcemanager.hostname" in check.fix
+    [only] = hadoop_checks("file:///srv/course", {}, "yarn", {})
+    assert only.name == "YARN ResourceManager" and only.status == FAIL
+
+
+def test_a_resourcemanager_that_does_not_answer_fails_with_the_curl_to_try(tmp_path: Path):
+    port = free_port()
+    conf = {"yarn.resourcemanager.webapp.address": f"127.0.0.1:{port}"}
+    check = check_resourcemanager(conf, str(tmp_path), timeout_s=2)
+    assert check.status == FAIL
+    assert check.detail == f"127.0.0.1:{port} does not answer: connection refused"
+    assert f"curl http://127.0.0.1:{port}/ws/v1/cluster/info" in check.fix
+    assert f"{tmp_path}/yarn-site.xml" in check.fix
+
+
+def test_a_kerberos_cluster_without_klist_fails_naming_the_package(tmp_path: Path):
+    check = check_ticket({"PATH": str(tmp_path)})
+    assert check.status == FAIL
+    assert "krb5-user" in check.fix
+
+
+@pytest.mark.skipif(shutil.which("klist") is None, reason="no klist (krb5-user) here")
+def test_no_ticket_fails_naming_the_cache_and_kinit(tmp_path: Path):
+    cache = tmp_path / "krb5cc_none"
+    env = {**os.environ, "KRB5CCNAME": f"FILE:{cache}"}
+    check = check_ticket(env)
+    assert check.status == FAIL
+    assert check.detail == f"no Kerberos ticket in {cache}"
+    assert "kinit -kt <keytab> <principal>" in check.fix
+
+
+# -- on the real test cluster ----------------------------------------------------------------
+
+
+
+@pytest.mark.hadoop
+@pytest.mark.integration
+@pytest.mark.parametrize("protocol", ["hdfs", "webhdfs"])
+def test_a_running_namenode_passes_through_both_protocols(
+    hdfs_cluster: HadoopTestCluster, protocol: str
+):
+    env = hdfs_cluster.environment()
+    url = hdfs_cluster.url("/") if protocol == "hdfs" else hdfs_cluster.webhdfs_url("/")
+    [check] = hadoop_checks(url, {}, "local[*]", env)
+    assert check.status == OK, check
+    rpc, http = (
+        f"RPC 127.0.0.1:{hdfs_cluster.rpc_port}",
+        f"WebHDFS 127.0.0.1:{hdfs_cluster.http_port}",
+    )
+    assert check.detail == f"{rpc}, {http} answer"
+
+
+@pytest.mark.hadoop
+@pytest.mark.integration
+def test_an_ha_pair_with_one_namenode_down_is_a_warning(hdfs_cluster: HadoopTestCluster):
+    """The live namenode of the test cluster as nn1, a closed port as nn2 (a configuration
+    written here: one test cluster per run)."""
+    conf = _ha_conf(hdfs_cluster.rpc_port, free_port())
+    conf["dfs.namenode.http-address.course.nn1"] = f"127.0.0.1:{hdfs_cluster.http_port}"
+    conf["dfs.namenode.http-address.course.nn2"] = f"127.0.0.1:{free_port()}"
+    check = check_namenode("hdfs://course/", {}, conf, {}, timeout_s=2)
+    assert check.status == WARN, check
+    assert check.detail.startswith("RPC 127.0.0.1:")
+    assert f"RPC 127.0.0.1:{hdfs_cluster.rpc_port}, WebHDFS" in check.detail  # the live one
+
+
+@pytest.mark.hadoop
+@pytest.mark.integration
+def test_scalelab_doctor_reports_the_namenode_of_an_hdfs_store(
+    hdfs_cluster: HadoopTestCluster, tmp_path: Path
+):
+    argv = [sys.executable, "-m", "scalelab", "doctor", "--state-dir", str(tmp_path / "state")]
+    store = hdfs_cluster.url("/")
+    result = subprocess.run(
+        [*argv, "--port", str(free_port()), "--store", store],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **hdfs_cluster.environment()},
+        check=False,
+    )
+    out = result.stdout
+    line = (
+        f"[ ok ] HDFS namenode: RPC 127.0.0.1:{hdfs_cluster.rpc_port}, "
+        f"WebHDFS 127.0.0.1:{hdfs_cluster.http_port} answer"
+    )
+    assert line in out, out + result.stderr
+    assert f"Course store: {store} is reachable" in out
