@@ -207,6 +207,24 @@ def _stopped(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Expl
     )
 
 
+#: The namenode's reason in an ``AccessControlException`` (``Permission denied: user=alice,
+#: access=WRITE, inode="/course/datasets":hdfs:supergroup:drwxr-xr-x``), up to its line's end.
+_HDFS_REFUSAL = re.compile(r"Permission denied: user=[^\n]*?(?=\s+at |\n|$)")
+
+
+def _hdfs_refused(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
+    found = _HDFS_REFUSAL.search(text)
+    reason = found.group(0).strip() if found else "Permission denied"
+    user = env.get("JUPYTERHUB_USER") or "<you>"
+    return Explanation(
+        f"HDFS refused it: {reason}. On the course store you may read datasets/ and your own "
+        f"home, and write only in your home, home/{user}/.",
+        ("the path written",),
+        f"write under your home: store_url('home/{user}/...') (e.g. df.write.parquet("
+        f"store_url('home/{user}/results'))); to change a data set, ask the course's staff.",
+    )
+
+
 _Rule = Callable[[str, Mapping[str, str], Mapping[str, str]], Explanation]
 
 #: (pattern over "<exception type>: <message>", explanation builder), first match wins.
@@ -262,6 +280,7 @@ RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
         ),
         _driver_gone,
     ),
+    (re.compile(r"AccessControlException|Permission denied: user="), _hdfs_refused),
 )
 
 

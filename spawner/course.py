@@ -24,6 +24,7 @@ spawner class's settings in a hub configuration before the hub starts.
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from jupyterhub.spawner import SpawnException
@@ -145,6 +146,22 @@ class CourseSpawnerMixin(GPUSpawnerMixin):
         return (
             identity.server_store_options(user, self.store_url, dict(self.store_options)),
             identity.server_environment(user, self.store_url),
+        )
+
+    async def prepare_store_home(self) -> None:
+        """Have :attr:`store_identity` make the student's home in the store where the store needs
+        the hub to (an HDFS home owned by the student), in a thread.
+
+        Raises
+        ------
+        jupyterhub.spawner.SpawnException
+            It could not be made (the hub's log says why).
+        """
+        await asyncio.to_thread(
+            self.store_identity.prepare_home,
+            self.user.name,
+            self.store_url,
+            dict(self.store_options),
         )
 
     def _refuse_hub_credential(self, env: dict[str, str]) -> None:

@@ -204,6 +204,7 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
             await asyncio.to_thread(self._make_system_user)
         elif self.home_root:
             make_home(self.home_root, self.user.name)
+        await self.prepare_store_home()
         self.runtime_dir = str(await asyncio.to_thread(self._make_runtime_dir))
         try:
             return await super().start()

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from jupyterhub.spawner import SpawnException
-from traitlets import Enum, Unicode
+from traitlets import Bool, Enum, Unicode
 from traitlets.config import LoggingConfigurable
 
 from scalelab.common.classsetting import configured_class
@@ -273,6 +273,17 @@ class StoreIdentity(StrictConfigurable, LoggingConfigurable):
         """Environment variables ``user``'s server gets besides the storage options; default
         none."""
         return {}
+
+    def prepare_home(self, user: str, store_url: str, hub_options: Mapping[str, Any]) -> None:
+        """Make ``user``'s home in the store before their server starts, where the store needs
+        the hub to make it (blocking I/O: the spawner calls it in a thread); default nothing,
+        since a student's own writes make it (local folders, object stores).
+
+        Raises
+        ------
+        jupyterhub.spawner.SpawnException
+            The home cannot be made; the message is the student's, the hub log says why.
+        """
 
     def _refuse(self, user: str, problem: str, student_message: str, reason: str) -> SpawnException:
         """A ``SpawnException`` for the student, ``problem`` in the hub's log."""
@@ -544,6 +555,14 @@ class HDFSUserIdentity(StoreIdentity):
         impersonate students.""",
     )
 
+    make_homes = Bool(
+        True,
+        config=True,
+        help="""Whether the hub makes each student's `home/<user>` in the HDFS store before their
+        server first starts: owned by the student, mode 0700, with the hub's own store options
+        (it must be HDFS's superuser there, or allowed to chown). False: ops make the homes.""",
+    )
+
     def server_store_options(
         self, user: str, store_url: str, hub_options: Mapping[str, Any]
     ) -> dict[str, Any]:
@@ -570,3 +589,40 @@ class HDFSUserIdentity(StoreIdentity):
         if protocol_of(store_url) != "hdfs":
             return {}
         return {"HADOOP_USER_NAME" if self.mode == "simple" else "HADOOP_PROXY_USER": user}
+
+    def prepare_home(self, user: str, store_url: str, hub_options: Mapping[str, Any]) -> None:
+        """Make ``home/<user>`` in the HDFS store, owned by ``user`` with mode 0700, when
+        :attr:`make_homes` and it does not exist yet, with the hub's own storage options (as
+        ``hdfs dfs -mkdir -p``, ``-chown``, ``-chmod 700`` would). An existing home is left as it
+        is.
+
+        Raises
+        ------
+        jupyterhub.spawner.SpawnException
+            The namenode refused or could not be reached; the hub's log names the path, the
+            reason and the fix.
+        """
+        if not self.make_homes:
+            return
+        self._checked(user, store_url)
+        from scalelab.store.access.fs import open_target
+        from scalelab.store.access.hdfs import make_hdfs_home
+
+        home = f"{HOMES}/{user}"
+        try:
+            fs, root = open_target(store_url, hub_options)
+            made = make_hdfs_home(fs, f"{root.rstrip('/')}/{home}", user)
+        except Exception as exc:  # noqa: BLE001 -- each client raises its own errors
+            reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            raise self._refuse(
+                user,
+                f"cannot make {user}'s home {home} in the store {store_url}: {reason}. The hub "
+                "must reach the namenode as HDFS's superuser (or a user allowed to chown); or "
+                "set c.HDFSUserIdentity.make_homes = False and make each home yourself "
+                f"(hdfs dfs -mkdir -p, -chown {user}, -chmod 700).",
+                "Your server cannot start: your home in the course store could not be made; "
+                "ask the course's operators (the hub's log says why).",
+                "store-home",
+            ) from None
+        if made:
+            self.log.info("Made %s's home %s in the store %s (mode 0700)", user, home, store_url)

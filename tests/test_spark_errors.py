@@ -396,3 +396,24 @@ def test_a_java_error_whose_text_the_dead_driver_held_is_explained_as_a_driver_g
     explanation = explain(text, LOCAL, {})
     assert explanation is not None and explanation.settings == ("spark.driver.memory",)
     assert "driver JVM is gone" in explanation.title
+
+
+#: Spark's write into a folder HDFS does not let the student write (the namenode's
+#: AccessControlException through Py4J), as the hub-on-HDFS test meets it.
+HDFS_REFUSED = (
+    "Py4JJavaError Exception: An error occurred while calling o54.text.\n"
+    ": org.apache.hadoop.security.AccessControlException: Permission denied: user=alice, "
+    'access=WRITE, inode="/course/datasets":root:supergroup:drwxr-xr-x\n'
+    "\tat org.apache.hadoop.hdfs.server.namenode.FSPermissionChecker.check("
+    "FSPermissionChecker.java:506)\n"
+)
+
+
+def test_an_hdfs_refusal_names_the_namenodes_reason_and_the_students_home():
+    explanation = explain(HDFS_REFUSED, LOCAL, {"JUPYTERHUB_USER": "alice"})
+    assert explanation is not None
+    assert explanation.title.startswith(
+        'HDFS refused it: Permission denied: user=alice, access=WRITE, inode="/course/datasets"'
+        ":root:supergroup:drwxr-xr-x. "
+    )
+    assert "store_url('home/alice/results')" in explanation.fix

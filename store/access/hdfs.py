@@ -285,6 +285,32 @@ def open_hdfs(
     return fs, target.path
 
 
+def make_hdfs_home(fs: Any, path: str, owner: str, mode: int = 0o700) -> bool:
+    """Make the folder ``path`` (absolute, in ``fs``) with its parents, then give it to
+    ``owner`` with ``mode``, unless it exists; True when it was made.
+
+    ``fs`` is hdfs-native's fsspec file system (``fs.client``: ``set_owner``,
+    ``set_permission``) or fsspec's WebHDFS (``chown``, ``chmod``); either must act as a user
+    HDFS lets change owners (its superuser).
+
+    Raises
+    ------
+    PermissionError, RuntimeError, OSError
+        What the client raises when the namenode refuses or cannot be reached.
+    """
+    if fs.exists(path):
+        return False
+    fs.makedirs(path, exist_ok=True)
+    client = getattr(fs, "client", None)
+    if client is not None and hasattr(client, "set_owner"):  # hdfs-native
+        client.set_owner(path, owner)
+        client.set_permission(path, mode)
+    else:  # WebHDFS
+        fs.chown(path, owner=owner)
+        fs.chmod(path, f"{mode:o}")
+    return True
+
+
 def _native_host(netloc: str) -> dict[str, Any]:
     host, _, port = netloc.rpartition(":") if ":" in netloc else (netloc, "", "")
     return {"host": host, "port": int(port)} if port else {"host": netloc}
