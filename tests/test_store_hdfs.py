@@ -19,6 +19,7 @@ import requests
 
 from scalelab.store import StoreConfigError, StoreUnavailableError, check_store, student_store
 from scalelab.store.access.hdfs import (
+    MIT_DEFAULT_CACHE,
     HdfsTarget,
     check_kerberos,
     choose_client,
@@ -126,7 +127,7 @@ def test_unresolvable_urls_name_the_setting(url: str, conf: dict, message: str):
 
 
 def test_kerberos_ticket_cache_location():
-    assert ticket_cache({}, 1000) == "/tmp/krb5cc_1000"
+    assert ticket_cache({}, 1000) == MIT_DEFAULT_CACHE.format(uid=1000)
     assert ticket_cache({"KRB5CCNAME": "FILE:/run/user/1000/krb5cc"}, 1000) == (
         "/run/user/1000/krb5cc"
     )

@@ -364,18 +364,16 @@ class StoreMetaManager(MetaManager):
 
     async def restore_checkpoint(self, checkpoint_id: str, path: str) -> None:
         """Restore ``path`` from a checkpoint."""
-        target, part = self._route(path)
-        shown = None if part is None else path.strip("/")
-        await self._call(
-            "restore_checkpoint", target, shown,
-            lambda: MetaManager.restore_checkpoint(self, checkpoint_id, target),
-        )  # fmt: skip
+        await self._checkpoint_call("restore_checkpoint", checkpoint_id, path)
 
     async def delete_checkpoint(self, checkpoint_id: str, path: str) -> None:
         """Delete a checkpoint of ``path``."""
+        await self._checkpoint_call("delete_checkpoint", checkpoint_id, path)
+
+    async def _checkpoint_call(self, action: str, checkpoint_id: str, path: str) -> None:
+        """MetaManager's ``action`` (``restore_checkpoint``, ``delete_checkpoint``) on a
+        checkpoint of ``path``, through :meth:`_call`'s refusals."""
         target, part = self._route(path)
         shown = None if part is None else path.strip("/")
-        await self._call(
-            "delete_checkpoint", target, shown,
-            lambda: MetaManager.delete_checkpoint(self, checkpoint_id, target),
-        )  # fmt: skip
+        method = getattr(MetaManager, action)
+        await self._call(action, target, shown, lambda: method(self, checkpoint_id, target))

@@ -30,6 +30,9 @@ CONF_FILES = ("core-site.xml", "hdfs-site.xml")
 #: hdfs-native's failover attempts when ops set none: one round, so a down namenode fails in
 #: seconds (hdfs-native otherwise retries for minutes).
 FAILOVER_ATTEMPTS = "1"
+#: MIT Kerberos' ticket cache when ``KRB5CCNAME`` is unset (its built-in ``DEFCCNAME``), a
+#: system convention rather than a path of ours.
+MIT_DEFAULT_CACHE = "/tmp/krb5cc_{uid}"
 
 
 @dataclass(frozen=True)
@@ -161,11 +164,11 @@ def kerberos_required(conf: Mapping[str, str]) -> bool:
 def ticket_cache(environ: Mapping[str, str], uid: int) -> str | None:
     """The file of the Kerberos ticket cache, or None where it is not a file (KEYRING:, KCM:).
 
-    ``KRB5CCNAME`` as ``FILE:/path`` or ``/path``; unset: ``/tmp/krb5cc_<uid>`` (MIT default).
+    ``KRB5CCNAME`` as ``FILE:<file>`` or ``<file>``; unset: :data:`MIT_DEFAULT_CACHE`.
     """
     name = environ.get("KRB5CCNAME", "").strip()
     if not name:
-        return f"/tmp/krb5cc_{uid}"
+        return MIT_DEFAULT_CACHE.format(uid=uid)
     if name.startswith("FILE:"):
         return name[len("FILE:") :]
     if ":" in name.split("/", 1)[0]:
