@@ -165,7 +165,8 @@ def _labs(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from scalelab.commands.doctor import doctor_checks, exit_status, format_checks
+    from scalelab.commands.doctor import doctor_checks
+    from scalelab.commands.doctor_report import exit_status, format_checks
     from scalelab.commands.state_files import default_state_dir
 
     try:

@@ -11,19 +11,14 @@ from pathlib import Path
 import pytest
 
 from scalelab.commands.doctor import (
-    FAIL,
-    OK,
-    WARN,
-    Check,
     check_database,
     check_gpus,
     check_homes,
     check_java,
     check_port,
-    exit_status,
-    format_checks,
     load_settings,
 )
+from scalelab.commands.doctor_report import FAIL, OK, WARN, Check, exit_status, format_checks
 from scalelab.commands.up import free_port
 
 

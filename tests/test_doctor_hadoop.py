@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from scalelab.commands.doctor import FAIL, OK, WARN
 from scalelab.commands.doctor_hadoop import (
     check_namenode,
     check_resourcemanager,
@@ -21,6 +20,7 @@ from scalelab.commands.doctor_hadoop import (
     namenode_http_addresses,
     resourcemanager_web_address,
 )
+from scalelab.commands.doctor_report import FAIL, OK, WARN
 from scalelab.commands.up import free_port
 from scalelab.store.access.hdfs import resolve_hdfs
 from tests.hadoopcluster import HadoopTestCluster
@@ -123,7 +123,6 @@ def test_no_ticket_fails_naming_the_cache_and_kinit(tmp_path: Path):
 
 
 # -- on the real test cluster ----------------------------------------------------------------
-
 
 
 @pytest.mark.hadoop

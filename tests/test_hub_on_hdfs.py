@@ -132,9 +132,8 @@ print(json.dumps({"count": counted, "refusal": refusal}))
     assert answer["refusal"].startswith("Py4JJavaError"), answer
     # Uncaught, the student reads the namenode's reason and where to write, first.
     assert refused["error"] is not None, refused
-    assert (
-        "ScaleLab: HDFS refused it: Permission denied: user=alice, access=WRITE"
-        in refused.get("stderr", "")
+    assert "ScaleLab: HDFS refused it: Permission denied: user=alice, access=WRITE" in refused.get(
+        "stderr", ""
     ), refused
     assert "store_url('home/alice/results')" in refused["stderr"]
     out = hdfs_cluster.webhdfs().info(f"{course_root}/home/alice/spark-out")

@@ -31,42 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scalelab.commands.doctor_report import FAIL, OK, WARN, Check
 from scalelab.commands.invocation import scalelab_command
 from scalelab.commands.state_files import StateFolder
 from scalelab.kernels.spark_defaults import DEFAULT_SPARK_MASTER
 
-OK, WARN, FAIL = "ok", "warn", "fail"
 #: Oldest Java that Spark 4 runs on.
 MIN_JAVA = 17
 #: Seconds a check may wait on an external program or a remote store.
 CHECK_TIMEOUT_S = 60.0
-
-
-@dataclass(frozen=True)
-class Check:
-    """The outcome of one check.
-
-    Attributes
-    ----------
-    name
-        What was checked, e.g. ``"Java"``.
-    status
-        ``"ok"``, ``"warn"`` or ``"fail"``.
-    detail
-        What was found (a version, a path, the error).
-    fix
-        What to do about a warning or failure; ``""`` when ok.
-    """
-
-    name: str
-    status: str
-    detail: str
-    fix: str = ""
-
-    @property
-    def ok(self) -> bool:
-        """False only for a failure (a warning is not one)."""
-        return self.status != FAIL
 
 
 def _run(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[int, str]:
@@ -639,26 +612,6 @@ def _check_sqlite(db_url: str, state_dir: Path | None, fix: str) -> Check:
 def _redact(url: str) -> str:
     """A database URL without its password."""
     return re.sub(r"://([^:/@\s]+):[^@\s]*@", r"://\1:***@", url)
-
-
-def exit_status(checks: Sequence[Check]) -> int:
-    """0 when no check failed (warnings allowed), else 1."""
-    return 0 if all(c.ok for c in checks) else 1
-
-
-def format_checks(checks: Sequence[Check]) -> str:
-    """The report: one line per check, its fix indented below a warning or failure."""
-    marks = {OK: "[ ok ]", WARN: "[warn]", FAIL: "[FAIL]"}
-    lines = []
-    for c in checks:
-        lines.append(f"{marks[c.status]} {c.name}: {c.detail}")
-        if c.fix and c.status != OK:
-            lines.append(f"       fix: {c.fix}")
-    failed = [c.name for c in checks if not c.ok]
-    lines.append(
-        f"{len(failed)} check(s) failed: {', '.join(failed)}" if failed else "All checks passed."
-    )
-    return "\n".join(lines)
 
 
 def python_env() -> dict[str, str]:

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import fsspec
 
-from scalelab.commands.doctor import FAIL, OK, WARN, Check
+from scalelab.commands.doctor_report import FAIL, OK, WARN, Check
 from scalelab.store.access.hdfs import (
     HdfsTarget,
     kerberos_required,
