@@ -102,14 +102,14 @@ class _TimedReader(FileReader):
         finally:
             _CLOCK.end()
 
-    def read_range(self, offset: int, len: int) -> bytes:  # noqa: A002 (the base's name)
+    def read_range(self, offset: int, len: int) -> bytes:
         _CLOCK.begin()
         try:
             return super().read_range(offset, len)
         finally:
             _CLOCK.end()
 
-    def read_range_stream(self, offset: int, len: int) -> Iterator[bytes]:  # noqa: A002
+    def read_range_stream(self, offset: int, len: int) -> Iterator[bytes]:
         _CLOCK.begin()
         try:
             yield from super().read_range_stream(offset, len)
