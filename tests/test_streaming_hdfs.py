@@ -255,3 +255,44 @@ def test_tf_data_streams_tfrecord_and_parquet_shards_from_hdfs(url: str, songs: 
             path, store=store, format=format, seed=5, columns=columns, buffer_rows=1024
         )
         assert epoch(same) == first, f"{format}: the same seed gave another order"
+
+
+#: A child process streaming a tf.data dataset from the store; prints its rows and peak RSS.
+TF_CHILD = """
+import json, resource, sys
+from scalelab.store import open_store
+from scalelab.store.streaming import tf_dataset
+url, path, format, epochs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+store = open_store(url)
+ds = tf_dataset(path, store=store, format=format, columns=["row", "year"], buffer_rows=1024)
+rows = 0
+for _ in range(epochs):
+    for batch in ds.batch(1024).as_numpy_iterator():
+        rows += len(batch["row"])
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"rows": rows, "peak_rss": peak}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("format", "path", "two_shards"),
+    [
+        ("tfrecord", TFRECORDS, f"{TFRECORDS}/part-0000[01].tfrecord"),
+        ("parquet", SONGS, f"{SONGS}/part-0000[01].parquet"),
+    ],
+)
+def test_tf_data_memory_stays_flat_however_many_shards_are_streamed(
+    url: str, hdfs_cluster: HadoopTestCluster, format: str, path: str, two_shards: str
+):
+    """2 shards once against 16 shards 6 times, each in a process of its own (tf.data reads
+    in threads, not workers): the peak RSS does not grow with what was streamed."""
+    env = {**os.environ, **hdfs_cluster.environment(), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    peaks = {}
+    for name, shards, epochs in (("short", two_shards, 1), ("long", path, 6)):
+        argv = [sys.executable, "-c", TF_CHILD, url, shards, format, str(epochs)]
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        peaks[name] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert peaks["short"]["rows"] == 2 * ROWS_PER_SHARD and peaks["long"]["rows"] == 6 * TOTAL
+    growth_mib = (peaks["long"]["peak_rss"] - peaks["short"]["peak_rss"]) / 2**20
+    assert growth_mib < 32, (format, growth_mib, peaks)
