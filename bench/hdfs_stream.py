@@ -148,7 +148,7 @@ def child_stream(params: dict) -> dict:
         store=store,
         batch_size=params.get("batch_size", 4096),
         buffer_rows=params.get("buffer_rows", 16384),
-        stack={"features": FEATURE_NAMES},
+        stack={"features": params.get("features", FEATURE_NAMES)},
         columns=["year"],
     )
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=params["workers"])
@@ -159,7 +159,7 @@ def child_stream(params: dict) -> dict:
         first = True
         for batch in loader:
             x, y = batch["features"], batch["year"]
-            assert x.shape == (len(y), FEATURES) and x.dtype == torch.float64, x.shape
+            assert x.shape == (len(y), len(ds.layout.stack[0][1])), x.shape
             if first:
                 sampler.sample()  # the first batch: the workers up and streaming
                 first = False
