@@ -102,6 +102,12 @@ class _TimedReader(FileReader):
         finally:
             _CLOCK.end()
 
+    def readinto(self, buffer: Any) -> int:
+        """Read into ``buffer`` (what ``io.BufferedReader`` calls; hdfs-native lacks it)."""
+        data = self.read(memoryview(buffer).nbytes)
+        memoryview(buffer).cast("B")[: len(data)] = data
+        return len(data)
+
     def read_range(self, offset: int, len: int) -> bytes:
         _CLOCK.begin()
         try:
