@@ -259,6 +259,8 @@ def open_hdfs(
     ``storage_options`` are Hadoop properties for hdfs-native (e.g.
     ``{"dfs.client.failover.max.attempts": "3"}``), or keyword arguments of pyarrow's
     ``HadoopFileSystem`` (``user``, ``kerb_ticket``, ``extra_conf``) in the fallback.
+    hdfs-native's file system is :class:`~scalelab.store.access.hdfs_fork.ForkSafeHdfsFileSystem`,
+    which a forked child (a DataLoader worker) may use as well as the parent.
 
     Raises
     ------
@@ -277,7 +279,9 @@ def open_hdfs(
         config = {str(k): str(v) for k, v in options.items()}
         config.setdefault("dfs.client.failover.max.attempts", FAILOVER_ATTEMPTS)
         netloc = urlsplit(url).netloc or urlsplit(conf.get("fs.defaultFS", "")).netloc
-        fs = fsspec.filesystem("hdfs", skip_instance_cache=skip, **_native_host(netloc), **config)
+        from scalelab.store.access.hdfs_fork import ForkSafeHdfsFileSystem
+
+        fs = ForkSafeHdfsFileSystem(skip_instance_cache=skip, **_native_host(netloc), **config)
         return fs, target.path
     host = target.nameservice or target.namenodes[0][0]
     port = 0 if target.nameservice else target.namenodes[0][1]

@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 
 #: Records per parse call when decoding TFRecord shards.
 _PARSE_BATCH = 256
+#: Bytes each read of a TFRecord shard asks the store for: records are read a few bytes at a
+#: time, which unbuffered would each be a remote read (on ``hdfs://``: 1,700 records/s against
+#: 250,000 buffered, measured on the test cluster).
+_READ_BLOCK = 4 * 2**20
 
 
 def tf_dataset(
@@ -120,7 +124,7 @@ def tf_dataset(
     def records() -> Iterator[np.ndarray]:
         epoch = next(epochs)
         for shard in shard_order(shards, seed=seed, epoch=epoch, shuffle=shuffle):
-            with fs.open(shard, "rb") as f:
+            with fs.open(shard, "rb", block_size=_READ_BLOCK) as f:
                 stream = read_records(f, shard)
                 while chunk := list(itertools.islice(stream, _PARSE_BATCH)):
                     yield np.array(chunk, dtype=object)
@@ -163,7 +167,7 @@ def _parquet_signature(
 def _infer_features(fs: fsspec.AbstractFileSystem, shard: str) -> dict[str, Any]:
     import tensorflow as tf
 
-    with fs.open(shard, "rb") as f:
+    with fs.open(shard, "rb", block_size=_READ_BLOCK) as f:
         first = next(read_records(f, shard), None)
     if first is None:
         raise StoreError(f"{shard}: no records to infer the features from; pass features=...")

@@ -1,0 +1,157 @@
+"""hdfs-native across ``fork()``: the ``hdfs://`` store's file system, safe in forked children
+(DataLoader workers, ``multiprocessing`` with the fork start method).
+
+hdfs-native (0.14) is not fork-safe, in two ways measured on the HDFS test cluster:
+
+- A ``Client`` holds a tokio runtime whose threads ``fork()`` does not copy: the parent's client
+  used in a child hangs, and so does *dropping* it there (the runtime waits for its threads).
+- Finished block reads leave their DataNode connection in a process-wide cache for 3 s
+  (``DATANODE_CACHE_EXPIRY`` in hdfs-native's ``connection.rs``, as Hadoop's
+  ``dfs.client.socketcache.expiryMsec``). A child that reads within those 3 s takes the
+  parent's connection, registered with the parent's runtime, and waits for it forever, even
+  through a client of its own.
+
+:class:`ForkSafeHdfsFileSystem` answers both: it makes a new client in each process that uses
+it (the inherited ones are kept alive, unused, in the child, never dropped), and a forked child
+waits, before its first read, until the parent's cached connections have expired (never longer
+than :data:`DATANODE_CACHE_EXPIRY_S` after the parent's last read; not at all when the parent
+read nothing just before the fork).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+from hdfs_native import FileReader
+from hdfs_native.fsspec import HdfsFileSystem
+
+#: Seconds a DataNode connection stays in hdfs-native's cache after a read (its 3 s), plus a
+#: margin for the clocks (hdfs-native's wall clock, our monotonic one).
+DATANODE_CACHE_EXPIRY_S = 3.25
+
+
+class _ReadClock:
+    """When this process last finished a DataNode read, and how many reads are running."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.last_read = 0.0  # time.monotonic(); 0: none
+        self.in_flight = 0
+        #: In a forked child: the monotonic time until which the parent's cached DataNode
+        #: connections may still be taken (0: none to wait for).
+        self.inherited_until = 0.0
+
+    def begin(self) -> None:
+        with self.lock:
+            self.in_flight += 1
+
+    def end(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+            self.last_read = time.monotonic()
+
+    def forked(self) -> None:
+        """In the child, just after ``fork()`` (no other thread runs here yet)."""
+        now = time.monotonic()
+        if self.in_flight:
+            self.inherited_until = now + DATANODE_CACHE_EXPIRY_S
+        elif self.last_read:
+            self.inherited_until = self.last_read + DATANODE_CACHE_EXPIRY_S
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.last_read = 0.0
+
+    def wait_for_inherited_connections(self, sleep: Any = time.sleep) -> float:
+        """Sleep until the parent's cached connections have expired; returns the seconds slept."""
+        remaining = self.inherited_until - time.monotonic()
+        self.inherited_until = 0.0
+        if remaining <= 0:
+            return 0.0
+        sleep(remaining)
+        return remaining
+
+
+_CLOCK = _ReadClock()
+#: Every live hdfs-native client of this process (weakly), so that a forked child can keep them.
+_CLIENTS: weakref.WeakSet[Any] = weakref.WeakSet()
+#: In a forked child: the parent's clients, kept alive for good (dropping one there hangs).
+_INHERITED: list[Any] = []
+
+
+def _after_fork_in_child() -> None:
+    _INHERITED.extend(_CLIENTS)
+    _CLOCK.forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _TimedReader(FileReader):
+    """hdfs-native's ``FileReader``, noting when each read ends (see :class:`_ReadClock`)."""
+
+    def read(self, size: int = -1) -> bytes:
+        _CLOCK.begin()
+        try:
+            return super().read(size)
+        finally:
+            _CLOCK.end()
+
+    def readinto(self, buffer: Any) -> int:
+        """Read into ``buffer`` (what ``io.BufferedReader`` calls; hdfs-native lacks it)."""
+        data = self.read(memoryview(buffer).nbytes)
+        memoryview(buffer).cast("B")[: len(data)] = data
+        return len(data)
+
+    def read_range(self, offset: int, len: int) -> bytes:
+        _CLOCK.begin()
+        try:
+            return super().read_range(offset, len)
+        finally:
+            _CLOCK.end()
+
+    def read_range_stream(self, offset: int, len: int) -> Iterator[bytes]:
+        _CLOCK.begin()
+        try:
+            yield from super().read_range_stream(offset, len)
+        finally:
+            _CLOCK.end()
+
+
+class ForkSafeHdfsFileSystem(HdfsFileSystem):
+    """hdfs-native's fsspec ``HdfsFileSystem`` (same arguments: ``host``, ``port``, Hadoop
+    properties as keyword arguments), usable in forked children: see the module's docstring.
+
+    ``client`` is this process's hdfs-native ``Client``, made on first use after a fork from
+    the same ``host``, ``port`` and properties. Opening a file in a forked child first waits
+    out the parent's cached DataNode connections (up to :data:`DATANODE_CACHE_EXPIRY_S`).
+    """
+
+    @property
+    def client(self) -> Any:
+        if self._client_pid != os.getpid():
+            fresh = HdfsFileSystem(
+                *self.storage_args, skip_instance_cache=True, **self.storage_options
+            )
+            self.client = fresh.client  # the inherited one stays in _INHERITED
+        return self._client
+
+    @client.setter
+    def client(self, value: Any) -> None:
+        self._client = value
+        self._client_pid = os.getpid()
+        _CLIENTS.add(value)
+
+    def _open(self, path: str, mode: str = "rb", block_size: int | None = None, **kwargs: Any):
+        _CLOCK.wait_for_inherited_connections()
+        if mode != "rb":
+            return super()._open(path, mode, block_size=block_size, **kwargs)
+        reader = _TimedReader(self.client.read(self._strip_protocol(path)).inner)
+        if not block_size:
+            return reader
+        return io.BufferedReader(reader, buffer_size=block_size)
