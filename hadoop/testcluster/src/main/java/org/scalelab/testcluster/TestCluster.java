@@ -60,7 +60,7 @@ public final class TestCluster {
 
   private static final String USAGE =
       "usage: TestCluster --base-dir DIR --conf-dir DIR [--superuser-group NAME]"
-          + " [--ha NAMESERVICE]";
+          + " [--ha NAMESERVICE] [--kerberos [--students NAME,...] [--hub-principal NAME]]";
   private static final List<String> OPTIONS =
       List.of("--base-dir", "--conf-dir", "--superuser-group", "--ha");
 
@@ -71,7 +71,9 @@ public final class TestCluster {
     PrintStream out = System.out;
     System.setOut(System.err);
 
-    Map<String, String> options = parseArguments(args);
+    Map<String, String> secureOptions = new LinkedHashMap<>();
+    String[] rest = SecureSetup.takeOptions(args, secureOptions);
+    Map<String, String> options = rest == null ? null : parseArguments(rest);
     if (options == null) {
       System.err.println(USAGE);
       System.exit(2);
@@ -80,18 +82,22 @@ public final class TestCluster {
     File confDir = new File(options.get("--conf-dir")).getAbsoluteFile();
     String superuserGroup = options.getOrDefault("--superuser-group", "supergroup");
     String nameservice = options.get("--ha");
-    String superuser = UserGroupInformation.getCurrentUser().getShortUserName();
-
+    SecureSetup secure; // with --kerberos: the KDC, started before anything asks for a user
     MiniDFSCluster cluster;
+    String superuser;
     try {
-      cluster = start(baseDir, superuser, superuserGroup, nameservice);
-    } catch (IOException | RuntimeException e) {
+      secure = SecureSetup.startIfAsked(secureOptions, baseDir, confDir);
+      superuser = secure != null
+          ? secure.superuser() : UserGroupInformation.getCurrentUser().getShortUserName();
+      cluster = start(baseDir, superuser, superuserGroup, nameservice, secure);
+    } catch (Exception e) {
       System.err.println("the test cluster failed to start:");
       e.printStackTrace();
       System.exit(1);
       return;
     }
-    Runtime.getRuntime().addShutdownHook(new Thread(() -> stop(cluster), "testcluster-stop"));
+    Runtime.getRuntime().addShutdownHook(
+        new Thread(() -> stop(cluster, secure), "testcluster-stop"));
 
     List<String> ids = nameservice == null ? List.of("nn1") : List.of("nn1", "nn2");
     List<String> namenodes = new ArrayList<>();
@@ -104,7 +110,8 @@ public final class TestCluster {
         nameservice == null
             ? "hdfs://127.0.0.1:" + cluster.getNameNodePort(0)
             : "hdfs://" + nameservice;
-    writeClientConf(cluster, confDir, defaultFs, nameservice, ids, superuser, superuserGroup);
+    writeClientConf(
+        cluster, confDir, defaultFs, nameservice, ids, superuser, superuserGroup, secure);
 
     out.println(
         "{\"ready\": true, \"fs_default_fs\": " + quote(defaultFs)
@@ -113,11 +120,12 @@ public final class TestCluster {
             + ", \"conf_dir\": " + quote(confDir.getPath())
             + ", \"superuser\": " + quote(superuser)
             + ", \"nameservice\": " + (nameservice == null ? "null" : quote(nameservice))
-            + ", \"namenodes\": [" + String.join(", ", namenodes) + "]}");
+            + ", \"namenodes\": [" + String.join(", ", namenodes) + "]"
+            + ", \"kerberos\": " + (secure == null ? "null" : secure.readyJson()) + "}");
     out.flush();
 
     serveCommands(cluster, ids, out);
-    stop(cluster);
+    stop(cluster, secure);
     System.exit(0);
   }
 
@@ -138,8 +146,8 @@ public final class TestCluster {
   }
 
   private static MiniDFSCluster start(
-      File baseDir, String superuser, String superuserGroup, String nameservice)
-      throws IOException {
+      File baseDir, String superuser, String superuserGroup, String nameservice,
+      SecureSetup secure) throws IOException {
     Configuration conf = new HdfsConfiguration();
     conf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, baseDir.getPath());
     conf.setBoolean("dfs.permissions.enabled", true);
@@ -152,6 +160,9 @@ public final class TestCluster {
     conf.setInt("dfs.namenode.handler.count", 4);
     conf.setInt("dfs.namenode.service.handler.count", 2);
     conf.setInt("dfs.datanode.handler.count", 2);
+    if (secure != null) {
+      secure.configureCluster(conf, superuserGroup);
+    }
     MiniDFSCluster.Builder builder =
         new MiniDFSCluster.Builder(conf, baseDir).numDataNodes(1).format(true);
     if (nameservice == null) {
@@ -174,7 +185,7 @@ public final class TestCluster {
 
   private static void writeClientConf(
       MiniDFSCluster cluster, File confDir, String defaultFs, String nameservice,
-      List<String> ids, String superuser, String superuserGroup)
+      List<String> ids, String superuser, String superuserGroup, SecureSetup secure)
       throws IOException {
     if (!confDir.isDirectory() && !confDir.mkdirs()) {
       throw new IOException("cannot create the configuration folder " + confDir);
@@ -184,7 +195,6 @@ public final class TestCluster {
     core.set("hadoop.security.authentication", "simple");
     core.set("hadoop.proxyuser." + superuser + ".hosts", "*");
     core.set("hadoop.proxyuser." + superuser + ".groups", "*");
-    write(core, new File(confDir, "core-site.xml"));
 
     Configuration hdfs = new Configuration(false);
     if (nameservice == null) {
@@ -206,6 +216,10 @@ public final class TestCluster {
     hdfs.set("dfs.permissions.enabled", "true");
     hdfs.set("dfs.permissions.superusergroup", superuserGroup);
     hdfs.set("dfs.replication", "1");
+    if (secure != null) {
+      secure.configureClient(core, hdfs);
+    }
+    write(core, new File(confDir, "core-site.xml"));
     write(hdfs, new File(confDir, "hdfs-site.xml"));
   }
 
@@ -255,9 +269,12 @@ public final class TestCluster {
     }
   }
 
-  private static synchronized void stop(MiniDFSCluster cluster) {
+  private static synchronized void stop(MiniDFSCluster cluster, SecureSetup secure) {
     if (cluster.isClusterUp()) {
       cluster.shutdown(true);
+    }
+    if (secure != null) {
+      secure.stop();
     }
   }
 
