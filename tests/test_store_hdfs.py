@@ -13,6 +13,7 @@ import os
 import secrets
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -24,6 +25,7 @@ from scalelab.store.access.hdfs import (
     choose_client,
     hdfs_refusal,
     kerberos_required,
+    open_hdfs,
     read_hadoop_conf,
     resolve_hdfs,
     ticket_cache,
@@ -273,3 +275,26 @@ def test_a_real_kernel_with_a_down_namenode_starts_and_explains_at_first_use(
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+def test_ops_setting_of_the_retries_in_hadoop_conf_dir_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """ScaleLab's default (1) applies only where neither store_options nor hdfs-site.xml say."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "hdfs-site.xml").write_text(
+        "<configuration><property><name>dfs.client.failover.max.attempts</name>"
+        "<value>4</value></property></configuration>"
+    )
+    seen: list[dict[str, Any]] = []
+
+    def filesystem(protocol: str, **kwargs: Any) -> object:
+        seen.append(kwargs)
+        return object()
+
+    monkeypatch.setattr("fsspec.filesystem", filesystem)  # records the options; no client
+    open_hdfs("hdfs://127.0.0.1:8020/course", {}, {"HADOOP_CONF_DIR": str(conf)})
+    open_hdfs("hdfs://127.0.0.1:8020/course", {}, {})
+    open_hdfs("hdfs://127.0.0.1:8020/course", {"dfs.client.failover.max.attempts": "7"}, {})
+    assert [kwargs.get("dfs.client.failover.max.attempts") for kwargs in seen] == [None, "1", "7"]
