@@ -25,7 +25,8 @@ import org.apache.hadoop.security.UserGroupInformation;
  *
  * <pre>
  * java -Xmx512m -cp scalelab-testcluster.jar:lib/* org.scalelab.testcluster.TestCluster \
- *     --base-dir DIR --conf-dir DIR [--superuser-group NAME] [--ha NAMESERVICE]
+ *     --base-dir DIR --conf-dir DIR [--superuser-group NAME] [--ha NAMESERVICE] \
+ *     [--kerberos [--students NAME,...] [--hub-principal NAME]]
  * </pre>
  *
  * <p>Simple authentication, permissions on ({@code dfs.permissions.enabled}), WebHDFS on, every
@@ -35,7 +36,9 @@ import org.apache.hadoop.security.UserGroupInformation;
  * (default {@code supergroup}) are superusers too. Any other user name a client sends
  * ({@code HADOOP_USER_NAME}, WebHDFS's {@code user.name}) is that user, as on a real cluster with
  * simple authentication. With {@code --ha NAMESERVICE}: two namenodes, {@code nn1} (active) and
- * {@code nn2} (standby), sharing their edits, behind the nameservice.
+ * {@code nn2} (standby), sharing their edits, behind the nameservice. With {@code --kerberos}:
+ * a KDC in this JVM and a secure HDFS, see {@link SecureSetup} ({@code krb5.conf} and the
+ * keytabs are written into {@code --conf-dir} too).
  *
  * <p>Once the cluster is up, the client configuration ({@code core-site.xml}: {@code
  * fs.defaultFS} is {@code hdfs://127.0.0.1:<rpc port>}, or {@code hdfs://NAMESERVICE};
@@ -46,8 +49,13 @@ import org.apache.hadoop.security.UserGroupInformation;
  * <pre>
  * {"ready": true, "fs_default_fs": "hdfs://127.0.0.1:41234", "namenode_rpc_port": 41234,
  *  "webhdfs_port": 41235, "conf_dir": "<the --conf-dir, absolute>", "superuser": "root",
- *  "nameservice": null, "namenodes": [{"id": "nn1", "rpc_port": 41234, "http_port": 41235}]}
+ *  "nameservice": null, "namenodes": [{"id": "nn1", "rpc_port": 41234, "http_port": 41235}],
+ *  "kerberos": null}
  * </pre>
+ *
+ * <p>({@code "kerberos"} with {@code --kerberos}: {@code {"realm": "SCALELAB.TEST", "kdc_port":
+ * ..., "krb5_conf": "...", "hub": "scalelab", "students": [...], "principals": {"alice":
+ * {"principal": "alice@SCALELAB.TEST", "keytab": "..."}, ...}}}.)
  *
  * <p>Nothing else is written to stdout (Hadoop's own output goes to stderr), but the answers to
  * commands: a line {@code failover} on stdin makes the active namenode of an HA pair standby and
