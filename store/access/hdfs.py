@@ -355,10 +355,10 @@ def namenode_unreachable(url: str, exc: BaseException, environ: Mapping[str, str
         f"the course store {url} cannot be reached: the namenode at "
         f"{namenode_addresses(url, environ)} does not answer ({reason}). Check that the namenode "
         "is running (ops: hdfs haadmin / the namenode's log) and its address in "
-        "c.ScaleLabSpawner.store_url or HADOOP_CONF_DIR. The call gave up after "
-        f"{FAILOVER_ATTEMPTS_KEY} retries (default {FAILOVER_ATTEMPTS}; raise it in store_options "
-        "or hdfs-site.xml to wait through a namenode restart). Files are written whole or not at "
-        "all: nothing half-written was left."
+        "c.ScaleLabSpawner.store_url or HADOOP_CONF_DIR. The client gives up after "
+        f"{FAILOVER_ATTEMPTS_KEY} retries (ScaleLab's default {FAILOVER_ATTEMPTS}; raise it in "
+        "store_options or hdfs-site.xml to wait through a namenode restart). Files are written "
+        "whole or not at all: nothing half-written was left."
     )
 
 
