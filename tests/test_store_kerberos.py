@@ -29,7 +29,8 @@ import pytest
 from hdfs_native.fsspec import HdfsFileSystem
 
 from scalelab import envvars
-from scalelab.store import StoreAccessError, student_store
+from scalelab.spawner.store_identity import HDFSUserIdentity
+from scalelab.store import StoreAccessError, check_store, student_store
 from scalelab.store.access.hdfs import kerberos_required, read_hadoop_conf
 from scalelab.store.errors import KerberosTicketError
 from tests.hadoopcluster import HadoopTestCluster, running_cluster
@@ -217,3 +218,40 @@ def test_an_expired_ticket_is_one_message_naming_kinit_the_principal_and_the_key
     # The fix the message names works: a new ticket, and the same store goes on.
     secure_cluster.kinit("alice", cache)
     assert isinstance(store.ls("home/alice"), list)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_up_front_check_passes_with_a_ticket_and_names_kinit_without(
+    secure_cluster: HadoopTestCluster, course_root: str, protocol: str, as_student: Any
+):
+    """``check_store``, run when a kernel starts: no namenode call, but the ticket cache."""
+    store_url = url(secure_cluster, protocol, course_root)
+    as_student("alice", ticket=False)
+    if protocol == "hdfs":  # WebHDFS's ticket is only asked for at the first call
+        with pytest.raises(KerberosTicketError) as missing:
+            check_store(store_url, options(protocol))
+        one_line_naming_kinit(str(missing.value), secure_cluster, "alice")
+    as_student("alice")
+    check_store(store_url, options(protocol))
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_proxy_mode_the_hubs_principal_acts_for_the_student(
+    secure_cluster: HadoopTestCluster,
+    course_root: str,
+    protocol: str,
+    as_student: Any,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """``c.HDFSUserIdentity.mode = "proxy"``: the server holds the hub's ticket and acts as the
+    student (``HADOOP_PROXY_USER``, WebHDFS's ``doas``); what it writes is the student's."""
+    as_student("scalelab")
+    store_url = url(secure_cluster, protocol, course_root)
+    identity = HDFSUserIdentity(mode="proxy")
+    for key, value in identity.server_environment("alice", store_url).items():
+        monkeypatch.setenv(key, value)
+    store = student_store("alice", store_url, identity.server_store_options("alice", store_url, {}))
+    name = f"home/alice/by-proxy-{protocol}.txt"
+    store.pipe_file(name, b"on behalf")
+    assert store.info(name)["owner"] == "alice"
+    store.rm(name)
