@@ -10,10 +10,11 @@ the HDFS superuser; any other name a client sends (``HADOOP_USER_NAME`` for hdfs
 
 With ``kerberos=True`` the JVM also runs a KDC (Hadoop's ``MiniKdc``, ``SecureSetup.java``) and
 HDFS is secure (``hadoop.security.authentication = kerberos``, SASL on the data transfer,
-SPNEGO on WebHDFS): principals ``hdfs/localhost`` (the superuser), ``HTTP/localhost``, the hub's
-``scalelab`` (in the superuser group) and one per student, each with a keytab in
-``conf/keytabs/``, and ``conf/krb5.conf`` for ``KRB5_CONFIG``; :meth:`HadoopTestCluster.kinit`
-gets a ticket into a cache of the test's.
+HTTPS only, SPNEGO on WebHDFS; clients trust ``conf/tls/ca.pem``): principals
+``hdfs/localhost`` (the superuser), ``HTTP/localhost``, the hub's ``scalelab`` (in the
+superuser group) and one per student, each with a keytab in ``conf/keytabs/``, and
+``conf/krb5.conf`` for ``KRB5_CONFIG``; :meth:`HadoopTestCluster.kinit` gets a ticket into a
+cache of the test's.
 
 The JVM prints one line of JSON on stdout when the cluster is up, answers commands written to its
 stdin (``failover``: :meth:`HadoopTestCluster.failover`) with a line each, and stops when its
@@ -99,8 +100,8 @@ class HadoopTestCluster:
         The HDFS superuser: the user who runs the JVM (and the tests); ``hdfs`` with Kerberos.
     kerberos_info
         With Kerberos, the ready line's ``kerberos`` object: ``realm``, ``kdc_port``,
-        ``krb5_conf``, ``hub``, ``students`` and ``principals`` (short name -> ``principal``,
-        ``keytab``); else None.
+        ``krb5_conf``, ``ca_pem`` (the HTTPS certificate to trust), ``hub``, ``students`` and
+        ``principals`` (short name -> ``principal``, ``keytab``); else None.
     start_s
         Seconds from the JVM's start to the ready line.
     """
@@ -274,7 +275,7 @@ class HadoopTestCluster:
     # -- Kerberos ------------------------------------------------------------------------------
 
     def principal(self, name: str) -> str:
-        """The principal of ``name`` (a student, ``scalelab``, ``hdfs``), ``alice@SCALELAB.TEST``."""
+        """The principal of ``name`` (a student, ``scalelab``, ``hdfs``): ``alice@SCALELAB.TEST``"""
         assert self.kerberos_info is not None, "not a Kerberos cluster (kerberos=True)"
         return str(self.kerberos_info["principals"][name]["principal"])
 

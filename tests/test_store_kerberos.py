@@ -5,10 +5,12 @@ principal, keytab and ticket cache.
 A student's server holds the student's ticket (``kinit -kt <keytab> alice@SCALELAB.TEST`` into a
 private ``KRB5CCNAME``; ``KRB5_CONFIG`` the cluster's krb5.conf), and both clients authenticate
 with it: hdfs-native over the namenode's RPC (GSSAPI) and the datanode's SASL, fsspec's WebHDFS
-with SPNEGO (``kerberos=True``, requests-kerberos). HDFS's permissions then apply to the
-principal's short name: the home read-write, ``datasets/`` read-only, another's home refused,
-even to a client without ScaleLab's guard. A missing ticket and an expired one each end the
-call at once with one line naming ``kinit``, the principal and the keytab.
+with SPNEGO (``kerberos=True``, requests-kerberos) over HTTPS (the cluster serves WebHDFS on
+HTTPS only, with a self-signed certificate the store's ``session_verify`` trusts). HDFS's
+permissions then apply to the principal's short name: the home read-write, ``datasets/``
+read-only, another's home refused, even to a client without ScaleLab's guard. A missing ticket
+and an expired one each end the call at once with one line naming ``kinit``, the principal and
+the keytab.
 
 The course is laid out by the hub's principal (``scalelab``, in the superuser group), as ops
 would: ``datasets/`` its own (755), each home its student's (700).
@@ -83,9 +85,14 @@ def url(cluster: HadoopTestCluster, protocol: str, root: str) -> str:
     return cluster.url(root) if protocol == "hdfs" else cluster.webhdfs_url(root)
 
 
-def options(protocol: str) -> dict[str, Any]:
-    """The student's ``storage_options``: WebHDFS negotiates SPNEGO with the ticket."""
-    return {"kerberos": True} if protocol == "webhdfs" else {}
+def options(protocol: str, cluster: HadoopTestCluster) -> dict[str, Any]:
+    """The student's ``storage_options``: WebHDFS over HTTPS (the cluster's certificate
+    trusted), negotiating SPNEGO with the ticket; nothing for hdfs-native, which reads
+    ``HADOOP_CONF_DIR`` and the ticket cache itself."""
+    if protocol == "hdfs":
+        return {}
+    assert cluster.kerberos_info is not None
+    return {"kerberos": True, "use_https": True, "session_verify": cluster.kerberos_info["ca_pem"]}
 
 
 @pytest.fixture
@@ -110,6 +117,9 @@ def as_student(
         monkeypatch.setenv(envvars.KERBEROS_KEYTAB, secure_cluster.keytab(user))
         monkeypatch.delenv("HADOOP_USER_NAME", raising=False)
         monkeypatch.delenv("HADOOP_PROXY_USER", raising=False)
+        # requests prefers these to a session's own ``verify`` (the cluster's CA): unset here.
+        monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+        monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
         return cache
 
     return become
@@ -136,7 +146,9 @@ def test_the_students_store_works_with_the_students_ticket(
     secure_cluster: HadoopTestCluster, course_root: str, protocol: str, as_student: Any
 ):
     as_student("alice")
-    store = student_store("alice", url(secure_cluster, protocol, course_root), options(protocol))
+    store = student_store(
+        "alice", url(secure_cluster, protocol, course_root), options(protocol, secure_cluster)
+    )
     name = f"home/alice/notes-{protocol}.bin"
     payload = os.urandom(2 * 1024 * 1024 + 5)  # through the datanode's SASL, several packets
     store.pipe_file(name, payload)
@@ -159,7 +171,9 @@ def test_hdfs_enforces_the_rules_for_the_principal_without_the_guard(
     """The back end under the student's view, with bob's ticket: the namenode itself refuses
     writing into ``datasets/`` and reading or writing alice's home."""
     as_student("bob")
-    raw = student_store("bob", url(secure_cluster, protocol, course_root), options(protocol)).fs
+    raw = student_store(
+        "bob", url(secure_cluster, protocol, course_root), options(protocol, secure_cluster)
+    ).fs
     attempts = {
         "writing into datasets/": lambda: raw.pipe_file(f"{course_root}/datasets/demo/x", b"x"),
         "replacing a data set file": lambda: raw.pipe_file(f"{course_root}/{DATASET_FILE}", b""),
@@ -190,7 +204,7 @@ def test_a_missing_ticket_is_one_message_naming_kinit_the_principal_and_the_keyt
     assert not cache.exists()
     with pytest.raises(KerberosTicketError) as missing:
         store = student_store(
-            "alice", url(secure_cluster, protocol, course_root), options(protocol)
+            "alice", url(secure_cluster, protocol, course_root), options(protocol, secure_cluster)
         )
         store.ls("home/alice")  # WebHDFS asks the namenode only now
     message = str(missing.value)
@@ -209,7 +223,9 @@ def test_an_expired_ticket_is_one_message_naming_kinit_the_principal_and_the_key
         assert time.monotonic() < deadline, "kinit -l 2s gave a ticket that does not expire"
         time.sleep(0.5)
     assert cache.exists()
-    store = student_store("alice", url(secure_cluster, protocol, course_root), options(protocol))
+    store = student_store(
+        "alice", url(secure_cluster, protocol, course_root), options(protocol, secure_cluster)
+    )
     with pytest.raises(KerberosTicketError) as expired:
         store.ls("home/alice")
     message = str(expired.value)
@@ -229,10 +245,10 @@ def test_the_up_front_check_passes_with_a_ticket_and_names_kinit_without(
     as_student("alice", ticket=False)
     if protocol == "hdfs":  # WebHDFS's ticket is only asked for at the first call
         with pytest.raises(KerberosTicketError) as missing:
-            check_store(store_url, options(protocol))
+            check_store(store_url, options(protocol, secure_cluster))
         one_line_naming_kinit(str(missing.value), secure_cluster, "alice")
     as_student("alice")
-    check_store(store_url, options(protocol))
+    check_store(store_url, options(protocol, secure_cluster))
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -250,7 +266,11 @@ def test_proxy_mode_the_hubs_principal_acts_for_the_student(
     identity = HDFSUserIdentity(mode="proxy")
     for key, value in identity.server_environment("alice", store_url).items():
         monkeypatch.setenv(key, value)
-    store = student_store("alice", store_url, identity.server_store_options("alice", store_url, {}))
+    store = student_store(
+        "alice",
+        store_url,
+        identity.server_store_options("alice", store_url, options(protocol, secure_cluster)),
+    )
     name = f"home/alice/by-proxy-{protocol}.txt"
     store.pipe_file(name, b"on behalf")
     assert store.info(name)["owner"] == "alice"

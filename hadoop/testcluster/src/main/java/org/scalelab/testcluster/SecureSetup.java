@@ -1,7 +1,11 @@
 package org.scalelab.testcluster;
 
 import java.io.File;
+import java.io.FileOutputStream;
 import java.io.IOException;
+import java.io.OutputStream;
+import java.net.URL;
+import java.net.URLClassLoader;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.util.ArrayList;
@@ -31,10 +35,11 @@ import org.apache.hadoop.security.Groups;
  * 127.0.0.1 (a free port); {@code <conf-dir>/krb5.conf} is the clients' {@code KRB5_CONFIG}.
  *
  * <p>HDFS: {@code hadoop.security.authentication = kerberos}, block access tokens, and SASL
- * on the data transfer protocol ({@code dfs.data.transfer.protection = authentication}), as a
- * secure datanode on an unprivileged port has it. The datanode's HTTP stays plain HTTP: {@code
- * ignore.secure.ports.for.testing} lets a secure datanode start without HTTPS, which a real
- * cluster needs ({@code dfs.http.policy = HTTPS_ONLY}) and these tests do not. Tickets may be as
+ * on the data transfer protocol ({@code dfs.data.transfer.protection = authentication}) and
+ * HTTPS only ({@code dfs.http.policy = HTTPS_ONLY}), as a secure datanode on unprivileged ports
+ * must have them: the namenode's and the datanode's web servers (WebHDFS, SPNEGO) serve a
+ * self-signed certificate for {@code localhost} and {@code 127.0.0.1}, whose PEM ({@code
+ * <conf-dir>/tls/ca.pem}) clients trust. Tickets may be as
  * short as one second ({@code kinit -l 2s}), for the tests of an expired ticket.
  */
 final class SecureSetup {
@@ -47,12 +52,15 @@ final class SecureSetup {
   static final String REALM_DOMAIN = "TEST";
   /** The service principals' host: what the namenode names itself as to a client (serverId). */
   static final String SERVICE_HOST = "localhost";
+  /** The keystores' password: a test cluster's, on loopback. */
+  static final String TLS_PASSWORD = "scalelab-test";
 
   private final MiniKdc kdc;
   private final File keytabDir;
   private final File krb5Conf;
   private final String hub;
   private final List<String> students;
+  private final File tlsDir;
   /** Short name (hdfs, HTTP, scalelab, alice, ...) -> {principal, keytab}. */
   private final Map<String, String[]> principals = new LinkedHashMap<>();
 
@@ -60,6 +68,7 @@ final class SecureSetup {
     this.kdc = kdc;
     this.keytabDir = new File(confDir, "keytabs");
     this.krb5Conf = new File(confDir, "krb5.conf");
+    this.tlsDir = new File(confDir, "tls");
     this.hub = hub;
     this.students = students;
   }
@@ -118,6 +127,7 @@ final class SecureSetup {
     SecureSetup setup = new SecureSetup(kdc, confDir, hub, students);
     setup.createPrincipals();
     setup.writeKrb5Conf();
+    setup.createTls();
     return setup;
   }
 
@@ -165,6 +175,68 @@ final class SecureSetup {
     return name + "@" + kdc.getRealm();
   }
 
+  /**
+   * A key pair and a self-signed certificate for {@code localhost} and {@code 127.0.0.1}
+   * (JDK's keytool), in {@code tls/server.jks}, {@code tls/truststore.jks} and, for Python's
+   * clients (requests' {@code verify}), {@code tls/ca.pem}; {@code tls/ssl-server.xml} and
+   * {@code ssl-client.xml} name them, and Hadoop reads those from the class path: {@code tls/}
+   * joins this thread's context class loader, which the threads it starts inherit.
+   */
+  private void createTls() throws Exception {
+    if (!tlsDir.isDirectory() && !tlsDir.mkdirs()) {
+      throw new IOException("cannot create " + tlsDir);
+    }
+    String keytool = new File(System.getProperty("java.home"), "bin/keytool").getPath();
+    // Three short JVMs: the quick compiler and the serial collector start them sooner.
+    String[] quick = {"-J-XX:TieredStopAtLevel=1", "-J-XX:+UseSerialGC"};
+    String server = new File(tlsDir, "server.jks").getPath();
+    String trust = new File(tlsDir, "truststore.jks").getPath();
+    String pem = new File(tlsDir, "ca.pem").getPath();
+    run(keytool, quick[0], quick[1], "-genkeypair", "-alias", "localhost", "-keyalg", "RSA",
+        "-keysize", "2048", "-validity", "30", "-dname", "CN=localhost",
+        "-ext", "SAN=dns:localhost,ip:127.0.0.1", "-keystore", server, "-storetype", "JKS",
+        "-storepass", TLS_PASSWORD, "-keypass", TLS_PASSWORD);
+    run(keytool, quick[0], quick[1], "-exportcert", "-rfc", "-alias", "localhost",
+        "-keystore", server, "-storepass", TLS_PASSWORD, "-file", pem);
+    run(keytool, quick[0], quick[1], "-importcert", "-noprompt", "-alias", "localhost",
+        "-file", pem, "-keystore", trust, "-storetype", "JKS", "-storepass", TLS_PASSWORD);
+    Configuration sslServer = new Configuration(false);
+    sslServer.set("ssl.server.keystore.location", server);
+    sslServer.set("ssl.server.keystore.password", TLS_PASSWORD);
+    sslServer.set("ssl.server.keystore.keypassword", TLS_PASSWORD);
+    sslServer.set("ssl.server.keystore.type", "jks");
+    sslServer.set("ssl.server.truststore.location", trust);
+    sslServer.set("ssl.server.truststore.password", TLS_PASSWORD);
+    sslServer.set("ssl.server.truststore.type", "jks");
+    writeXml(sslServer, new File(tlsDir, "ssl-server.xml"));
+    Configuration sslClient = new Configuration(false);
+    sslClient.set("ssl.client.truststore.location", trust);
+    sslClient.set("ssl.client.truststore.password", TLS_PASSWORD);
+    sslClient.set("ssl.client.truststore.type", "jks");
+    writeXml(sslClient, new File(tlsDir, "ssl-client.xml"));
+    Thread.currentThread().setContextClassLoader(new URLClassLoader(
+        new URL[] {tlsDir.toURI().toURL()}, Thread.currentThread().getContextClassLoader()));
+  }
+
+  private static void run(String... argv) throws IOException, InterruptedException {
+    Process process = new ProcessBuilder(argv).redirectErrorStream(true).start();
+    String output = new String(process.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+    if (process.waitFor() != 0) {
+      throw new IOException(String.join(" ", argv) + " failed: " + output);
+    }
+  }
+
+  private static void writeXml(Configuration conf, File file) throws IOException {
+    try (OutputStream out = new FileOutputStream(file)) {
+      conf.writeXml(out);
+    }
+  }
+
+  /** The CA file (PEM) a client trusts the namenode's and datanode's HTTPS with. */
+  String caPem() {
+    return new File(tlsDir, "ca.pem").getPath();
+  }
+
   /** The HDFS superuser: the namenode's principal's short name. */
   String superuser() {
     return "hdfs";
@@ -183,12 +255,17 @@ final class SecureSetup {
     conf.set("dfs.web.authentication.kerberos.keytab", principals.get("HTTP")[1]);
     conf.setBoolean("dfs.block.access.token.enable", true);
     conf.set("dfs.data.transfer.protection", "authentication");
-    conf.setBoolean("ignore.secure.ports.for.testing", true);
+    // A secure datanode on unprivileged ports: SASL on its transfers (above) and HTTPS only.
+    conf.set("dfs.http.policy", "HTTPS_ONLY");
+    conf.set("dfs.namenode.https-address", "127.0.0.1:0");
+    conf.set("dfs.datanode.https.address", "127.0.0.1:0");
+    conf.set("dfs.https.server.keystore.resource", "ssl-server.xml");
+    conf.set("dfs.client.https.keystore.resource", "ssl-client.xml");
     // WebHDFS: SPNEGO on the namenode's HTTP server, which Hadoop 3.5 takes from the global
     // HTTP authentication filter (its WebHDFS has no filter of its own); doas for the hub.
     conf.set("dfs.namenode.kerberos.internal.spnego.principal", principals.get("HTTP")[0]);
-    conf.set("hadoop.http.filter.initializers",
-        "org.apache.hadoop.security.authentication.server.ProxyUserAuthenticationFilterInitializer");
+    conf.set("hadoop.http.filter.initializers", "org.apache.hadoop.security.authentication"
+        + ".server.ProxyUserAuthenticationFilterInitializer");
     conf.set("hadoop.http.authentication.type", "kerberos");
     conf.set("hadoop.http.authentication.simple.anonymous.allowed", "false");
     conf.set("hadoop.http.authentication.kerberos.principal", principals.get("HTTP")[0]);
@@ -210,6 +287,13 @@ final class SecureSetup {
     hdfs.set("dfs.web.authentication.kerberos.principal", principals.get("HTTP")[0]);
     hdfs.set("dfs.block.access.token.enable", "true");
     hdfs.set("dfs.data.transfer.protection", "authentication");
+    hdfs.set("dfs.http.policy", "HTTPS_ONLY");
+    // The namenode's web address (WebHDFS) is its HTTPS one: swebhdfs for Hadoop's clients.
+    for (Map.Entry<String, String> e : hdfs.getPropsWithPrefix("dfs.namenode.http-address")
+        .entrySet()) {
+      hdfs.set("dfs.namenode.https-address" + e.getKey(), e.getValue());
+      hdfs.unset("dfs.namenode.http-address" + e.getKey());
+    }
   }
 
   /** The ready line's {@code "kerberos"} object. */
@@ -224,6 +308,7 @@ final class SecureSetup {
     return "{\"realm\": " + quote(kdc.getRealm())
         + ", \"kdc_port\": " + kdc.getPort()
         + ", \"krb5_conf\": " + quote(krb5Conf.getPath())
+        + ", \"ca_pem\": " + quote(caPem())
         + ", \"hub\": " + quote(hub)
         + ", \"students\": [" + String.join(", ", students.stream().map(SecureSetup::quote)
             .toList()) + "]"

@@ -7,6 +7,7 @@ import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.OutputStream;
 import java.io.PrintStream;
+import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -112,7 +113,7 @@ public final class TestCluster {
     for (int i = 0; i < ids.size(); i++) {
       namenodes.add(
           "{\"id\": " + quote(ids.get(i)) + ", \"rpc_port\": " + cluster.getNameNodePort(i)
-              + ", \"http_port\": " + cluster.getNameNode(i).getHttpAddress().getPort() + "}");
+              + ", \"http_port\": " + httpPort(cluster, i) + "}");
     }
     String defaultFs =
         nameservice == null
@@ -124,7 +125,7 @@ public final class TestCluster {
     out.println(
         "{\"ready\": true, \"fs_default_fs\": " + quote(defaultFs)
             + ", \"namenode_rpc_port\": " + cluster.getNameNodePort(0)
-            + ", \"webhdfs_port\": " + cluster.getNameNode(0).getHttpAddress().getPort()
+            + ", \"webhdfs_port\": " + httpPort(cluster, 0)
             + ", \"conf_dir\": " + quote(confDir.getPath())
             + ", \"superuser\": " + quote(superuser)
             + ", \"nameservice\": " + (nameservice == null ? "null" : quote(nameservice))
@@ -231,8 +232,10 @@ public final class TestCluster {
     write(hdfs, new File(confDir, "hdfs-site.xml"));
   }
 
+  /** The namenode's HTTP port, or its HTTPS port where it has only that (--kerberos). */
   private static int httpPort(MiniDFSCluster cluster, int index) {
-    return cluster.getNameNode(index).getHttpAddress().getPort();
+    InetSocketAddress http = cluster.getNameNode(index).getHttpAddress();
+    return (http != null ? http : cluster.getNameNode(index).getHttpsAddress()).getPort();
   }
 
   private static void write(Configuration conf, File file) throws IOException {
