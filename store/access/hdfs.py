@@ -32,11 +32,12 @@ CONF_FILES = ("core-site.xml", "hdfs-site.xml")
 #: the process gone), when neither ``storage_options`` nor ``HADOOP_CONF_DIR`` sets
 #: ``dfs.client.failover.max.attempts``: hdfs-native's own default, 15, sleeps between attempts
 #: (0.5 s doubled each time, up to ``dfs.client.failover.sleep.max.millis`` = 15 s) for about 3
-#: minutes on a single namenode (measured: ``tests/test_store_hdfs_dead_namenode.py``); 1 gives
-#: up after one retry, within about 2 s. Ops who would rather wait through a namenode restart
-#: raise it, in ``c.ScaleLabSpawner.store_options`` or ``hdfs-site.xml``; each further attempt
-#: adds up to 15 s. hdfs-native has no connect time-out for namenodes: a host that drops the
-#: packets (no refusal) waits for the system's TCP connect time-out (about 2 minutes on Linux).
+#: minutes on a single namenode (``bench/hdfs_dead_namenode.py``: 183 s on a stopped test
+#: namenode); 1 gives up after one retry (0.7 to 1.4 s there). Ops who would rather wait
+#: through a namenode restart raise it, in ``c.ScaleLabSpawner.store_options`` or
+#: ``hdfs-site.xml``; each further attempt adds up to 15 s. hdfs-native has no connect
+#: time-out for namenodes: a host that drops the packets (no refusal) waits for the system's TCP
+#: connect time-out (about 2 minutes on Linux).
 FAILOVER_ATTEMPTS_KEY = "dfs.client.failover.max.attempts"
 FAILOVER_ATTEMPTS = "1"
 
