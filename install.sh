@@ -10,8 +10,12 @@ as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 # 1. Debian packages: Java for Spark, BLAS/LAPACK for Spark ML, Chromium for the browser tests,
 #    the Fashion-MNIST data set package (one of `scalelab data fetch`'s sources), Node.js for the proxy.
 debs=(openjdk-17-jre-headless libblas3 liblapack3 chromium dataset-fashion-mnist)
-#    sparkmagic (remote Spark through Livy) builds its Kerberos parts (gssapi, krb5) from source.
+#    sparkmagic (remote Spark through Livy) and requests-kerberos (WebHDFS on a Kerberos cluster)
+#    build their Kerberos parts (gssapi, krb5) from source.
 debs+=(libkrb5-dev gcc python3-dev)
+#    Kerberos: kinit and klist (a student's ticket; the Kerberos tests), and MIT's GSSAPI library,
+#    which hdfs-native loads at run time to authenticate to a Kerberos namenode.
+debs+=(krb5-user libgssapi-krb5-2)
 #    Debian's own Python for the virtual environments (python3-venv: its ensurepip), see 2.
 debs+=(python3-venv)
 command -v npm >/dev/null || debs+=(nodejs npm)

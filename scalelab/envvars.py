@@ -33,3 +33,9 @@ LOG_DIR = "SCALELAB_LOG_DIR"
 LIVY = "SCALELAB_LIVY"
 #: File holding the latest notice to the student (set by the server extension for its kernels).
 NOTICE_FILE = "SCALELAB_NOTICE_FILE"
+#: The student's Kerberos principal on a Kerberos HDFS (``alice@EXAMPLE.ORG``), named in the
+#: ``kinit`` command of a missing or expired ticket's message; set by ops
+#: (``c.Spawner.environment``).
+KERBEROS_PRINCIPAL = "SCALELAB_KERBEROS_PRINCIPAL"
+#: The keytab of that principal (a path readable by the student's server), for the same message.
+KERBEROS_KEYTAB = "SCALELAB_KERBEROS_KEYTAB"

@@ -40,6 +40,7 @@ _PUBLIC = {
             "ChecksumError",
             "ContentCheckError",
             "DataSourceError",
+            "KerberosTicketError",
             "StoreAccessError",
             "StoreConfigError",
             "StoreError",

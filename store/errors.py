@@ -4,6 +4,7 @@ Class tree::
 
     StoreError (Exception)
     ├── StoreConfigError (also ValueError)  -- the store URL or storage_options are wrong
+    │   └── KerberosTicketError             -- no valid Kerberos ticket (none, or expired)
     ├── StoreUnavailableError (also ConnectionError) -- the store cannot be reached (now)
     ├── StoreAccessError (also PermissionError)     -- a path outside the student's part of it
     ├── StoreFullError                      -- a disk or quota is full (ENOSPC, EDQUOT)
@@ -29,6 +30,12 @@ class StoreError(Exception):
 
 class StoreConfigError(StoreError, ValueError):
     """The store URL or its ``storage_options`` cannot be used."""
+
+
+class KerberosTicketError(StoreConfigError):
+    """A Kerberos cluster and no valid ticket: none in the cache, or an expired one. The message
+    names the ``kinit`` command with the principal and keytab
+    (:mod:`scalelab.store.access.kerberos`)."""
 
 
 class StoreUnavailableError(StoreError, ConnectionError):

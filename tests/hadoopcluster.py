@@ -8,6 +8,14 @@ and a datanode; WebHDFS on, permissions on, simple authentication), every port f
 the HDFS superuser; any other name a client sends (``HADOOP_USER_NAME`` for hdfs-native,
 ``user`` for WebHDFS) is that user, as on a course cluster without Kerberos.
 
+With ``kerberos=True`` the JVM also runs a KDC (Hadoop's ``MiniKdc``, ``SecureSetup.java``) and
+HDFS is secure (``hadoop.security.authentication = kerberos``, SASL on the data transfer,
+HTTPS only, SPNEGO on WebHDFS; clients trust ``conf/tls/ca.pem``): principals
+``hdfs/localhost`` (the superuser), ``HTTP/localhost``, the hub's ``scalelab`` (in the
+superuser group) and one per student, each with a keytab in ``conf/keytabs/``, and
+``conf/krb5.conf`` for ``KRB5_CONFIG``; :meth:`HadoopTestCluster.kinit` gets a ticket into a
+cache of the test's.
+
 The JVM prints one line of JSON on stdout when the cluster is up, answers commands written to its
 stdin (``failover``: :meth:`HadoopTestCluster.failover`) with a line each, and stops when its
 stdin closes: :meth:`HadoopTestCluster.stop` closes it, waits, then kills.
@@ -17,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import queue
 import shutil
 import subprocess
@@ -42,15 +51,20 @@ START_TIMEOUT_S = 180.0
 FIX = "run ./install.sh (it builds hadoop/testcluster with Maven: Java 17 and mvn needed)"
 
 
-def missing_reason() -> str | None:
+def missing_reason(kerberos: bool = False) -> str | None:
     """Why the test cluster cannot start here, with the fix; None when it can.
 
-    No ``java`` on PATH, or the Maven project not built (no jar, or no jars in ``target/lib``).
+    No ``java`` on PATH, or the Maven project not built (no jar, or no jars in ``target/lib``);
+    with ``kerberos``, also no ``hadoop-minikdc`` jar or no ``kinit`` (Debian's krb5-user).
     """
     if shutil.which("java") is None:
         return f"no java on PATH for the HDFS test cluster: {FIX}"
     if not JAR.is_file() or not any(LIB.glob("hadoop-client-minicluster-*.jar")):
         return f"the HDFS test cluster is not built ({JAR} or {LIB}/ missing): {FIX}"
+    if kerberos and not any(LIB.glob("hadoop-minikdc-*.jar")):
+        return f"the HDFS test cluster was built without hadoop-minikdc: {FIX}"
+    if kerberos and shutil.which("kinit") is None:
+        return "no kinit on PATH for the Kerberos tests: run ./install.sh (it installs krb5-user)"
     return None
 
 
@@ -71,6 +85,8 @@ class HadoopTestCluster:
     nameservice
         None: one namenode. A name: an HA pair (``nn1`` active, ``nn2`` standby) behind the
         nameservice of that name, which ``fs.defaultFS`` names.
+    kerberos, students
+        A secure cluster with its KDC, and a principal and keytab for each student named.
 
     Attributes (after :meth:`start`)
     --------------------------------
@@ -81,15 +97,29 @@ class HadoopTestCluster:
     conf_dir
         The client configuration, for ``HADOOP_CONF_DIR``.
     superuser
-        The HDFS superuser: the user who runs the JVM (and the tests).
+        The HDFS superuser: the user who runs the JVM (and the tests); ``hdfs`` with Kerberos.
+    kerberos_info
+        With Kerberos, the ready line's ``kerberos`` object: ``realm``, ``kdc_port``,
+        ``krb5_conf``, ``ca_pem`` (the HTTPS certificate to trust), ``hub``, ``students`` and
+        ``principals`` (short name -> ``principal``, ``keytab``); else None.
     start_s
         Seconds from the JVM's start to the ready line.
     """
 
-    def __init__(self, folder: Path, heap: str = HEAP, nameservice: str | None = None):
+    def __init__(
+        self,
+        folder: Path,
+        heap: str = HEAP,
+        nameservice: str | None = None,
+        kerberos: bool = False,
+        students: tuple[str, ...] = (),
+    ):
         self.folder = folder
         self.heap = heap
         self.nameservice = nameservice
+        self.kerberos = kerberos
+        self.students = students
+        self.kerberos_info: dict[str, Any] | None = None
         self.namenodes: list[dict[str, Any]] = []
         self.log = folder / "cluster.log"
         self.conf_dir = folder / "conf"
@@ -109,6 +139,8 @@ class HadoopTestCluster:
             "-cp", f"{JAR}:{LIB}/*", MAIN_CLASS,
             "--base-dir", str(self.folder / "base"), "--conf-dir", str(self.conf_dir),
             *(["--ha", self.nameservice] if self.nameservice else []),
+            *(["--kerberos"] if self.kerberos else []),
+            *(["--students", ",".join(self.students)] if self.kerberos and self.students else []),
         ]  # fmt: skip
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
@@ -160,6 +192,7 @@ class HadoopTestCluster:
         self.http_port = int(ready["webhdfs_port"])
         self.superuser = str(ready["superuser"])
         self.namenodes = list(ready["namenodes"])
+        self.kerberos_info = ready.get("kerberos")
 
     def failover(self, timeout_s: float = 60) -> str:
         """Make the active namenode of the HA pair standby and the other active; returns the
@@ -239,6 +272,50 @@ class HadoopTestCluster:
             skip_instance_cache=True,
         )
 
+    # -- Kerberos ------------------------------------------------------------------------------
+
+    def principal(self, name: str) -> str:
+        """The principal of ``name`` (a student, ``scalelab``, ``hdfs``): ``alice@SCALELAB.TEST``"""
+        assert self.kerberos_info is not None, "not a Kerberos cluster (kerberos=True)"
+        return str(self.kerberos_info["principals"][name]["principal"])
+
+    def keytab(self, name: str) -> str:
+        """The keytab file of ``name``'s principal."""
+        assert self.kerberos_info is not None, "not a Kerberos cluster (kerberos=True)"
+        return str(self.kerberos_info["principals"][name]["keytab"])
+
+    def kinit(self, name: str, cache: Path, lifetime: str | None = None) -> dict[str, str]:
+        """Get a ticket for ``name``'s principal from its keytab into the ticket cache ``cache``
+        (``kinit -kt``; ``lifetime`` as kinit's ``-l``, e.g. ``"2s"``). Returns the client's
+        environment: ``KRB5_CONFIG``, ``KRB5CCNAME`` and ``HADOOP_CONF_DIR``.
+
+        Raises
+        ------
+        AssertionError
+            kinit failed (its output in the message).
+        """
+        env = self.kerberos_environment(cache)
+        argv = ["kinit", *(["-l", lifetime] if lifetime else []), "-kt", self.keytab(name)]
+        done = subprocess.run(
+            [*argv, self.principal(name)],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, f"{' '.join(argv)} failed: {done.stderr or done.stdout}"
+        return env
+
+    def kerberos_environment(self, cache: Path) -> dict[str, str]:
+        """``KRB5_CONFIG`` (the cluster's krb5.conf), ``KRB5CCNAME`` (``FILE:<cache>``) and
+        ``HADOOP_CONF_DIR``, for a client with the ticket cache ``cache``."""
+        assert self.kerberos_info is not None, "not a Kerberos cluster (kerberos=True)"
+        return {
+            "KRB5_CONFIG": str(self.kerberos_info["krb5_conf"]),
+            "KRB5CCNAME": f"FILE:{cache}",
+            "HADOOP_CONF_DIR": str(self.conf_dir),
+        }
+
     def environment(self, user: str | None = None) -> dict[str, str]:
         """Variables for a client of this cluster: ``HADOOP_CONF_DIR``, and
         ``HADOOP_USER_NAME`` when ``user`` is given (hdfs-native and Hadoop's Java client)."""
@@ -248,17 +325,24 @@ class HadoopTestCluster:
         return env
 
 
-def running_cluster(folder: Path, nameservice: str | None = None) -> Iterator[HadoopTestCluster]:
+def running_cluster(
+    folder: Path,
+    nameservice: str | None = None,
+    kerberos: bool = False,
+    students: tuple[str, ...] = (),
+) -> Iterator[HadoopTestCluster]:
     """A pytest fixture's body: a started :class:`HadoopTestCluster` in ``folder``, stopped
     after the ``yield``. Skips, naming the fix (``./install.sh``), where it is not built or
-    there is no Java; fails every test that uses it, with the JVM's last lines, where it is
-    built but does not start."""
+    there is no Java (or, with ``kerberos``, no kinit); fails every test that uses it, with the
+    JVM's last lines, where it is built but does not start."""
     import pytest
 
-    reason = missing_reason()
+    reason = missing_reason(kerberos)
     if reason is not None:
         pytest.skip(reason)
-    cluster = HadoopTestCluster(folder, nameservice=nameservice)
+    cluster = HadoopTestCluster(
+        folder, nameservice=nameservice, kerberos=kerberos, students=students
+    )
     try:
         try:
             cluster.start()

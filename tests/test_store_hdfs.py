@@ -13,6 +13,7 @@ import os
 import secrets
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -25,10 +26,13 @@ from scalelab.store.access.hdfs import (
     choose_client,
     hdfs_refusal,
     kerberos_required,
+    open_hdfs,
     read_hadoop_conf,
     resolve_hdfs,
     ticket_cache,
 )
+from scalelab.store.access.kerberos import KerberosLogin, ticket_failure
+from scalelab.store.errors import KerberosTicketError
 
 CORE_SITE = """<?xml version="1.0" encoding="UTF-8"?>
 <?xml-stylesheet type="text/xsl" href="configuration.xsl"?>
@@ -274,3 +278,84 @@ def test_a_real_kernel_with_a_down_namenode_starts_and_explains_at_first_use(
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+def test_ops_setting_of_the_retries_in_hadoop_conf_dir_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """ScaleLab's default (1) applies only where neither store_options nor hdfs-site.xml say."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "hdfs-site.xml").write_text(
+        "<configuration><property><name>dfs.client.failover.max.attempts</name>"
+        "<value>4</value></property></configuration>"
+    )
+    seen: list[dict[str, Any]] = []
+
+    def filesystem(protocol: str, **kwargs: Any) -> object:
+        seen.append(kwargs)
+        return object()
+
+    monkeypatch.setattr("fsspec.filesystem", filesystem)  # records the options; no client
+    open_hdfs("hdfs://127.0.0.1:8020/course", {}, {"HADOOP_CONF_DIR": str(conf)})
+    open_hdfs("hdfs://127.0.0.1:8020/course", {}, {})
+    open_hdfs("hdfs://127.0.0.1:8020/course", {"dfs.client.failover.max.attempts": "7"}, {})
+    assert [kwargs.get("dfs.client.failover.max.attempts") for kwargs in seen] == [None, "1", "7"]
+
+
+#: hdfs-native's words (0.14.7) for no ticket and an expired one, as the secure test cluster
+#: gave them (tests/test_store_kerberos.py runs them for real).
+NO_CRED = (
+    'GSSAPIError(GssMajorCodes { raw: "0x00070000", calling_error: "none", routine_error: '
+    '"GSS_S_NO_CRED", supplementary_info: "0x0000" }, 2529639053, "No credentials were supplied, '
+    "or the credentials were unavailable or inaccessible: No Kerberos credentials available "
+    '(default cache: FILE:/tmp/none)")'
+)
+EXPIRED = (
+    'GSSAPIError(GssMajorCodes { raw: "0x000d0000", calling_error: "none", routine_error: '
+    '"GSS_S_FAILURE", supplementary_info: "0x0000" }, 2529638944, "Unspecified GSS failure.  '
+    'Minor code may provide more information: Ticket expired")'
+)
+
+
+def _login(**env: str) -> KerberosLogin:
+    return KerberosLogin.from_environ({"KRB5CCNAME": "FILE:/tmp/cc-alice", **env}, 1000)
+
+
+def test_a_missing_or_expired_ticket_from_hdfs_native_is_one_line_naming_kinit():
+    login = _login(
+        SCALELAB_KERBEROS_PRINCIPAL="alice@EXAMPLE.ORG",
+        SCALELAB_KERBEROS_KEYTAB="/etc/keytabs/alice.keytab",
+    )
+    kinit = "kinit -kt /etc/keytabs/alice.keytab alice@EXAMPLE.ORG"
+    missing = ticket_failure(RuntimeError(NO_CRED), login)
+    expired = ticket_failure(RuntimeError(EXPIRED), login)
+    assert isinstance(missing, KerberosTicketError) and isinstance(expired, KerberosTicketError)
+    assert "there is none in the ticket cache FILE:/tmp/cc-alice" in str(missing)
+    assert "has expired" in str(expired)
+    for error in (missing, expired):
+        assert kinit in str(error) and "\n" not in str(error) and "GssMajorCodes" not in str(error)
+    assert ticket_failure(RuntimeError("RPCError(...)"), login) is None
+    assert ticket_failure(OSError("Connection refused"), login) is None
+
+
+def test_a_ticket_message_without_the_principal_says_whom_to_ask():
+    message = str(ticket_failure(RuntimeError(NO_CRED), _login()))
+    assert "kinit -kt <your keytab> <your principal>" in message
+    assert "SCALELAB_KERBEROS_PRINCIPAL and SCALELAB_KERBEROS_KEYTAB unset" in message
+
+
+def test_webhdfs_401_is_a_missing_or_refused_ticket_and_403_is_not():
+    def http_error(status: int) -> requests.HTTPError:
+        response = requests.Response()
+        response.status_code = status
+        return requests.HTTPError(
+            f"{status} Client Error: for url: http://nn:9870/webhdfs/v1/?op=LISTSTATUS",
+            response=response,
+        )
+
+    login = _login(SCALELAB_KERBEROS_PRINCIPAL="alice@EXAMPLE.ORG")
+    gone = ticket_failure(http_error(401), login, cache_exists=lambda _: False)
+    there = ticket_failure(http_error(401), login, cache_exists=lambda _: True)
+    assert "there is none" in str(gone) and "expired" in str(there)
+    assert ticket_failure(http_error(403), login) is None

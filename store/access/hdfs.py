@@ -21,14 +21,24 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from scalelab.store.access.kerberos import KerberosLogin, missing_ticket_error, ticket_failure
 from scalelab.store.errors import StoreConfigError
 
 #: Port of a namenode's RPC service when neither the URL nor the configuration gives one.
 DEFAULT_NAMENODE_PORT = 8020
 #: The Hadoop configuration files read from ``HADOOP_CONF_DIR``, later ones winning.
 CONF_FILES = ("core-site.xml", "hdfs-site.xml")
-#: hdfs-native's failover attempts when ops set none: one round, so a down namenode fails in
-#: seconds (hdfs-native otherwise retries for minutes).
+#: hdfs-native's retries of a namenode that refuses the connection (stopped, or its host up and
+#: the process gone), when neither ``storage_options`` nor ``HADOOP_CONF_DIR`` sets
+#: ``dfs.client.failover.max.attempts``: hdfs-native's own default, 15, sleeps between attempts
+#: (0.5 s doubled each time, up to ``dfs.client.failover.sleep.max.millis`` = 15 s) for about 3
+#: minutes on a single namenode (``bench/hdfs_dead_namenode.py``: 183 s on a stopped test
+#: namenode); 1 gives up after one retry (0.7 to 1.4 s there). Ops who would rather wait
+#: through a namenode restart raise it, in ``c.ScaleLabSpawner.store_options`` or
+#: ``hdfs-site.xml``; each further attempt adds up to 15 s. hdfs-native has no connect
+#: time-out for namenodes: a host that drops the packets (no refusal) waits for the system's TCP
+#: connect time-out (about 2 minutes on Linux).
+FAILOVER_ATTEMPTS_KEY = "dfs.client.failover.max.attempts"
 FAILOVER_ATTEMPTS = "1"
 #: MIT Kerberos' ticket cache when ``KRB5CCNAME`` is unset (its built-in ``DEFCCNAME``), a
 #: system convention rather than a path of ours.
@@ -182,22 +192,19 @@ def check_kerberos(
     uid: int,
     exists: Callable[[str], bool] = os.path.exists,
 ) -> None:
-    """Refuse a Kerberos cluster without a ticket cache, naming ``kinit`` and ``KRB5CCNAME``.
+    """Refuse a Kerberos cluster without a ticket cache, naming ``kinit`` with the principal and
+    keytab (``SCALELAB_KERBEROS_PRINCIPAL``, ``SCALELAB_KERBEROS_KEYTAB``) and ``KRB5CCNAME``.
 
     Raises
     ------
-    StoreConfigError
+    KerberosTicketError (a StoreConfigError)
         Kerberos is required and the ticket cache file does not exist.
     """
     if not kerberos_required(conf):
         return
     cache = ticket_cache(environ, uid)
     if cache is not None and not exists(cache):
-        raise StoreConfigError(
-            "the HDFS store needs a Kerberos ticket (hadoop.security.authentication = kerberos "
-            f"in HADOOP_CONF_DIR) and there is none at {cache}: run kinit in a terminal, or set "
-            "KRB5CCNAME to your ticket cache (c.Spawner.environment on the hub)."
-        )
+        raise missing_ticket_error(KerberosLogin.from_environ(environ, uid))
 
 
 def libhdfs_dir(environ: Mapping[str, str], exists: Callable[[str], bool] = os.path.exists):
@@ -257,7 +264,8 @@ def open_hdfs(
     """Open an ``hdfs://`` store: ``(fsspec file system, root path)``.
 
     ``storage_options`` are Hadoop properties for hdfs-native (e.g.
-    ``{"dfs.client.failover.max.attempts": "3"}``), or keyword arguments of pyarrow's
+    ``{"dfs.client.failover.max.attempts": "3"}``; without that setting here or in
+    ``HADOOP_CONF_DIR``, :data:`FAILOVER_ATTEMPTS`), or keyword arguments of pyarrow's
     ``HadoopFileSystem`` (``user``, ``kerb_ticket``, ``extra_conf``) in the fallback.
     hdfs-native's file system is :class:`~scalelab.store.access.hdfs_fork.ForkSafeHdfsFileSystem`,
     which a forked child (a DataLoader worker) may use as well as the parent.
@@ -277,7 +285,8 @@ def open_hdfs(
     skip = options.pop("skip_instance_cache", True)
     if choose_client(env) == "hdfs-native":
         config = {str(k): str(v) for k, v in options.items()}
-        config.setdefault("dfs.client.failover.max.attempts", FAILOVER_ATTEMPTS)
+        if FAILOVER_ATTEMPTS_KEY not in config and FAILOVER_ATTEMPTS_KEY not in conf:
+            config[FAILOVER_ATTEMPTS_KEY] = FAILOVER_ATTEMPTS
         netloc = urlsplit(url).netloc or urlsplit(conf.get("fs.defaultFS", "")).netloc
         from scalelab.store.access.hdfs_fork import ForkSafeHdfsFileSystem
 
@@ -360,3 +369,45 @@ def hdfs_refusal(exc: BaseException) -> PermissionError | None:
     else:
         return None
     return PermissionError(f"HDFS refused it: {reason}")
+
+
+def namenode_addresses(url: str, environ: Mapping[str, str]) -> str:
+    """The namenode(s) an ``hdfs://`` or ``webhdfs://`` store URL reaches, as ``host:port``
+    separated by commas (an HA nameservice's from ``HADOOP_CONF_DIR``); the URL's own host and
+    port where the configuration cannot resolve it. Reads ``HADOOP_CONF_DIR``'s files."""
+    parts = urlsplit(url)
+    if parts.scheme == "hdfs":
+        try:
+            target = resolve_hdfs(url, read_hadoop_conf(environ.get("HADOOP_CONF_DIR")))
+        except StoreConfigError:
+            return parts.netloc or "the namenode of fs.defaultFS"
+        return ", ".join(f"{host}:{port}" for host, port in target.namenodes)
+    return parts.netloc
+
+
+def namenode_unreachable(url: str, exc: BaseException, environ: Mapping[str, str]) -> str:
+    """One line for a namenode that cannot be reached: its address, the client's reason, and
+    what to check (pure but for reading ``HADOOP_CONF_DIR``)."""
+    reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    return (
+        f"the course store {url} cannot be reached: the namenode at "
+        f"{namenode_addresses(url, environ)} does not answer ({reason}). Check that the namenode "
+        "is running (ops: hdfs haadmin / the namenode's log) and its address in "
+        "c.ScaleLabSpawner.store_url or HADOOP_CONF_DIR. The client gives up after "
+        f"{FAILOVER_ATTEMPTS_KEY} retries (ScaleLab's default {FAILOVER_ATTEMPTS}; raise it in "
+        "store_options or hdfs-site.xml to wait through a namenode restart). Files are written "
+        "whole or not at all: nothing half-written was left."
+    )
+
+
+def hdfs_failure(
+    url: str, exc: BaseException, environ: Mapping[str, str] | None = None
+) -> Exception | None:
+    """``exc`` from an HDFS store call as ScaleLab's one-line error, or None when it is none of
+    these: a missing or expired Kerberos ticket (:class:`KerberosTicketError`, see
+    :mod:`scalelab.store.access.kerberos`), HDFS's permissions refusing the identity (a
+    ``PermissionError``, :func:`hdfs_refusal`). Unreachable namenodes are the caller's (it knows
+    whether the error is one): :func:`namenode_unreachable` words them."""
+    env = os.environ if environ is None else environ
+    ticket = ticket_failure(exc, KerberosLogin.from_environ(env, os.getuid()))
+    return ticket if ticket is not None else hdfs_refusal(exc)

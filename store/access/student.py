@@ -50,7 +50,7 @@ from scalelab.store.access import fs as store_fs
 from scalelab.store.access import walkguard
 from scalelab.store.access.fs import _is_local, open_target, store_settings
 from scalelab.store.access.guard import StoreView
-from scalelab.store.access.hdfs import hdfs_refusal
+from scalelab.store.access.hdfs import hdfs_failure, namenode_unreachable
 from scalelab.store.errors import StoreAccessError, StoreError, StoreUnavailableError
 
 #: fsspec protocol of the student's view, registered by :func:`register_protocol`.
@@ -244,6 +244,8 @@ class StudentStore(DirFileSystem):
         gone = self.local and not os.path.isdir(self._real_root)
         if not gone and not is_unreachable(exc):
             return None
+        if fsspec.core.split_protocol(self.url)[0] in ("hdfs", "webhdfs"):
+            return StoreUnavailableError(namenode_unreachable(self.url, exc, os.environ))
         what = "its folder is gone" if gone else f"{type(exc).__name__}: {_first_line(exc)}"
         return StoreUnavailableError(
             f"the course store {self.url} cannot be reached ({what}). "
@@ -253,10 +255,12 @@ class StudentStore(DirFileSystem):
 
     def _failure(self, exc: BaseException) -> Exception | None:
         """``exc`` as the store's own error, or None to raise it as it is: a store that cannot be
-        reached (:class:`StoreUnavailableError`), or HDFS's permissions refusing the student's
-        identity (a ``PermissionError`` with the namenode's reason, see
-        :func:`~scalelab.store.access.hdfs.hdfs_refusal`)."""
-        return self._unavailable(exc) or hdfs_refusal(exc)
+        reached (:class:`StoreUnavailableError`; for HDFS naming the namenode's address), a
+        missing or expired Kerberos ticket (``KerberosTicketError``, naming ``kinit``, the
+        principal and the keytab), or HDFS's permissions refusing the student's identity (a
+        ``PermissionError`` with the namenode's reason); see
+        :func:`~scalelab.store.access.hdfs.hdfs_failure`."""
+        return self._unavailable(exc) or hdfs_failure(self.url, exc)
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         try:

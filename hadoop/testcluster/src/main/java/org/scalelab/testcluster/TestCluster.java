@@ -7,6 +7,7 @@ import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.OutputStream;
 import java.io.PrintStream;
+import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -25,7 +26,8 @@ import org.apache.hadoop.security.UserGroupInformation;
  *
  * <pre>
  * java -Xmx512m -cp scalelab-testcluster.jar:lib/* org.scalelab.testcluster.TestCluster \
- *     --base-dir DIR --conf-dir DIR [--superuser-group NAME] [--ha NAMESERVICE]
+ *     --base-dir DIR --conf-dir DIR [--superuser-group NAME] [--ha NAMESERVICE] \
+ *     [--kerberos [--students NAME,...] [--hub-principal NAME]]
  * </pre>
  *
  * <p>Simple authentication, permissions on ({@code dfs.permissions.enabled}), WebHDFS on, every
@@ -35,7 +37,9 @@ import org.apache.hadoop.security.UserGroupInformation;
  * (default {@code supergroup}) are superusers too. Any other user name a client sends
  * ({@code HADOOP_USER_NAME}, WebHDFS's {@code user.name}) is that user, as on a real cluster with
  * simple authentication. With {@code --ha NAMESERVICE}: two namenodes, {@code nn1} (active) and
- * {@code nn2} (standby), sharing their edits, behind the nameservice.
+ * {@code nn2} (standby), sharing their edits, behind the nameservice. With {@code --kerberos}:
+ * a KDC in this JVM and a secure HDFS, see {@link SecureSetup} ({@code krb5.conf} and the
+ * keytabs are written into {@code --conf-dir} too).
  *
  * <p>Once the cluster is up, the client configuration ({@code core-site.xml}: {@code
  * fs.defaultFS} is {@code hdfs://127.0.0.1:<rpc port>}, or {@code hdfs://NAMESERVICE};
@@ -46,8 +50,13 @@ import org.apache.hadoop.security.UserGroupInformation;
  * <pre>
  * {"ready": true, "fs_default_fs": "hdfs://127.0.0.1:41234", "namenode_rpc_port": 41234,
  *  "webhdfs_port": 41235, "conf_dir": "<the --conf-dir, absolute>", "superuser": "root",
- *  "nameservice": null, "namenodes": [{"id": "nn1", "rpc_port": 41234, "http_port": 41235}]}
+ *  "nameservice": null, "namenodes": [{"id": "nn1", "rpc_port": 41234, "http_port": 41235}],
+ *  "kerberos": null}
  * </pre>
+ *
+ * <p>({@code "kerberos"} with {@code --kerberos}: {@code {"realm": "SCALELAB.TEST", "kdc_port":
+ * ..., "krb5_conf": "...", "hub": "scalelab", "students": [...], "principals": {"alice":
+ * {"principal": "alice@SCALELAB.TEST", "keytab": "..."}, ...}}}.)
  *
  * <p>Nothing else is written to stdout (Hadoop's own output goes to stderr), but the answers to
  * commands: a line {@code failover} on stdin makes the active namenode of an HA pair standby and
@@ -60,7 +69,7 @@ public final class TestCluster {
 
   private static final String USAGE =
       "usage: TestCluster --base-dir DIR --conf-dir DIR [--superuser-group NAME]"
-          + " [--ha NAMESERVICE]";
+          + " [--ha NAMESERVICE] [--kerberos [--students NAME,...] [--hub-principal NAME]]";
   private static final List<String> OPTIONS =
       List.of("--base-dir", "--conf-dir", "--superuser-group", "--ha");
 
@@ -71,7 +80,9 @@ public final class TestCluster {
     PrintStream out = System.out;
     System.setOut(System.err);
 
-    Map<String, String> options = parseArguments(args);
+    Map<String, String> secureOptions = new LinkedHashMap<>();
+    String[] rest = SecureSetup.takeOptions(args, secureOptions);
+    Map<String, String> options = rest == null ? null : parseArguments(rest);
     if (options == null) {
       System.err.println(USAGE);
       System.exit(2);
@@ -80,44 +91,50 @@ public final class TestCluster {
     File confDir = new File(options.get("--conf-dir")).getAbsoluteFile();
     String superuserGroup = options.getOrDefault("--superuser-group", "supergroup");
     String nameservice = options.get("--ha");
-    String superuser = UserGroupInformation.getCurrentUser().getShortUserName();
-
+    SecureSetup secure; // with --kerberos: the KDC, started before anything asks for a user
     MiniDFSCluster cluster;
+    String superuser;
     try {
-      cluster = start(baseDir, superuser, superuserGroup, nameservice);
-    } catch (IOException | RuntimeException e) {
+      secure = SecureSetup.startIfAsked(secureOptions, baseDir, confDir);
+      superuser = secure != null
+          ? secure.superuser() : UserGroupInformation.getCurrentUser().getShortUserName();
+      cluster = start(baseDir, superuser, superuserGroup, nameservice, secure);
+    } catch (Exception e) {
       System.err.println("the test cluster failed to start:");
       e.printStackTrace();
       System.exit(1);
       return;
     }
-    Runtime.getRuntime().addShutdownHook(new Thread(() -> stop(cluster), "testcluster-stop"));
+    Runtime.getRuntime().addShutdownHook(
+        new Thread(() -> stop(cluster, secure), "testcluster-stop"));
 
     List<String> ids = nameservice == null ? List.of("nn1") : List.of("nn1", "nn2");
     List<String> namenodes = new ArrayList<>();
     for (int i = 0; i < ids.size(); i++) {
       namenodes.add(
           "{\"id\": " + quote(ids.get(i)) + ", \"rpc_port\": " + cluster.getNameNodePort(i)
-              + ", \"http_port\": " + cluster.getNameNode(i).getHttpAddress().getPort() + "}");
+              + ", \"http_port\": " + httpPort(cluster, i) + "}");
     }
     String defaultFs =
         nameservice == null
             ? "hdfs://127.0.0.1:" + cluster.getNameNodePort(0)
             : "hdfs://" + nameservice;
-    writeClientConf(cluster, confDir, defaultFs, nameservice, ids, superuser, superuserGroup);
+    writeClientConf(
+        cluster, confDir, defaultFs, nameservice, ids, superuser, superuserGroup, secure);
 
     out.println(
         "{\"ready\": true, \"fs_default_fs\": " + quote(defaultFs)
             + ", \"namenode_rpc_port\": " + cluster.getNameNodePort(0)
-            + ", \"webhdfs_port\": " + cluster.getNameNode(0).getHttpAddress().getPort()
+            + ", \"webhdfs_port\": " + httpPort(cluster, 0)
             + ", \"conf_dir\": " + quote(confDir.getPath())
             + ", \"superuser\": " + quote(superuser)
             + ", \"nameservice\": " + (nameservice == null ? "null" : quote(nameservice))
-            + ", \"namenodes\": [" + String.join(", ", namenodes) + "]}");
+            + ", \"namenodes\": [" + String.join(", ", namenodes) + "]"
+            + ", \"kerberos\": " + (secure == null ? "null" : secure.readyJson()) + "}");
     out.flush();
 
     serveCommands(cluster, ids, out);
-    stop(cluster);
+    stop(cluster, secure);
     System.exit(0);
   }
 
@@ -138,8 +155,8 @@ public final class TestCluster {
   }
 
   private static MiniDFSCluster start(
-      File baseDir, String superuser, String superuserGroup, String nameservice)
-      throws IOException {
+      File baseDir, String superuser, String superuserGroup, String nameservice,
+      SecureSetup secure) throws IOException {
     Configuration conf = new HdfsConfiguration();
     conf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, baseDir.getPath());
     conf.setBoolean("dfs.permissions.enabled", true);
@@ -152,6 +169,9 @@ public final class TestCluster {
     conf.setInt("dfs.namenode.handler.count", 4);
     conf.setInt("dfs.namenode.service.handler.count", 2);
     conf.setInt("dfs.datanode.handler.count", 2);
+    if (secure != null) {
+      secure.configureCluster(conf, superuserGroup);
+    }
     MiniDFSCluster.Builder builder =
         new MiniDFSCluster.Builder(conf, baseDir).numDataNodes(1).format(true);
     if (nameservice == null) {
@@ -174,7 +194,7 @@ public final class TestCluster {
 
   private static void writeClientConf(
       MiniDFSCluster cluster, File confDir, String defaultFs, String nameservice,
-      List<String> ids, String superuser, String superuserGroup)
+      List<String> ids, String superuser, String superuserGroup, SecureSetup secure)
       throws IOException {
     if (!confDir.isDirectory() && !confDir.mkdirs()) {
       throw new IOException("cannot create the configuration folder " + confDir);
@@ -184,7 +204,6 @@ public final class TestCluster {
     core.set("hadoop.security.authentication", "simple");
     core.set("hadoop.proxyuser." + superuser + ".hosts", "*");
     core.set("hadoop.proxyuser." + superuser + ".groups", "*");
-    write(core, new File(confDir, "core-site.xml"));
 
     Configuration hdfs = new Configuration(false);
     if (nameservice == null) {
@@ -206,11 +225,17 @@ public final class TestCluster {
     hdfs.set("dfs.permissions.enabled", "true");
     hdfs.set("dfs.permissions.superusergroup", superuserGroup);
     hdfs.set("dfs.replication", "1");
+    if (secure != null) {
+      secure.configureClient(core, hdfs);
+    }
+    write(core, new File(confDir, "core-site.xml"));
     write(hdfs, new File(confDir, "hdfs-site.xml"));
   }
 
+  /** The namenode's HTTP port, or its HTTPS port where it has only that (--kerberos). */
   private static int httpPort(MiniDFSCluster cluster, int index) {
-    return cluster.getNameNode(index).getHttpAddress().getPort();
+    InetSocketAddress http = cluster.getNameNode(index).getHttpAddress();
+    return (http != null ? http : cluster.getNameNode(index).getHttpsAddress()).getPort();
   }
 
   private static void write(Configuration conf, File file) throws IOException {
@@ -255,9 +280,12 @@ public final class TestCluster {
     }
   }
 
-  private static synchronized void stop(MiniDFSCluster cluster) {
+  private static synchronized void stop(MiniDFSCluster cluster, SecureSetup secure) {
     if (cluster.isClusterUp()) {
       cluster.shutdown(true);
+    }
+    if (secure != null) {
+      secure.stop();
     }
   }
 
