@@ -18,6 +18,8 @@ import org.apache.hadoop.hdfs.HdfsConfiguration;
 import org.apache.hadoop.hdfs.MiniDFSCluster;
 import org.apache.hadoop.hdfs.MiniDFSNNTopology;
 import org.apache.hadoop.security.UserGroupInformation;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.server.MiniYARNCluster;
 
 /**
  * ScaleLab's test cluster: HDFS (a namenode, or an HA pair, and a datanode) on 127.0.0.1, in
@@ -60,9 +62,9 @@ public final class TestCluster {
 
   private static final String USAGE =
       "usage: TestCluster --base-dir DIR --conf-dir DIR [--superuser-group NAME]"
-          + " [--ha NAMESERVICE]";
+          + " [--ha NAMESERVICE] [--yarn NODEMANAGERS]";
   private static final List<String> OPTIONS =
-      List.of("--base-dir", "--conf-dir", "--superuser-group", "--ha");
+      List.of("--base-dir", "--conf-dir", "--superuser-group", "--ha", "--yarn");
 
   private TestCluster() {}
 
@@ -72,7 +74,8 @@ public final class TestCluster {
     System.setOut(System.err);
 
     Map<String, String> options = parseArguments(args);
-    if (options == null) {
+    int nodeManagers = options == null ? 0 : nodeManagers(options.get("--yarn"));
+    if (options == null || nodeManagers < 0) {
       System.err.println(USAGE);
       System.exit(2);
     }
@@ -83,6 +86,7 @@ public final class TestCluster {
     String superuser = UserGroupInformation.getCurrentUser().getShortUserName();
 
     MiniDFSCluster cluster;
+    MiniYARNCluster yarn = null;
     try {
       cluster = start(baseDir, superuser, superuserGroup, nameservice);
     } catch (IOException | RuntimeException e) {
@@ -91,7 +95,26 @@ public final class TestCluster {
       System.exit(1);
       return;
     }
-    Runtime.getRuntime().addShutdownHook(new Thread(() -> stop(cluster), "testcluster-stop"));
+    if (nodeManagers > 0) {
+      try {
+        yarn = startYarn(cluster.getConfiguration(0), baseDir, nodeManagers);
+      } catch (IOException | RuntimeException | LinkageError e) {
+        System.err.println("the test cluster's YARN failed to start:");
+        e.printStackTrace();
+        stop(cluster);
+        System.exit(1);
+        return;
+      }
+    }
+    MiniYARNCluster startedYarn = yarn;
+    Runtime.getRuntime()
+        .addShutdownHook(
+            new Thread(
+                () -> {
+                  stopYarn(startedYarn);
+                  stop(cluster);
+                },
+                "testcluster-stop"));
 
     List<String> ids = nameservice == null ? List.of("nn1") : List.of("nn1", "nn2");
     List<String> namenodes = new ArrayList<>();
@@ -105,6 +128,9 @@ public final class TestCluster {
             ? "hdfs://127.0.0.1:" + cluster.getNameNodePort(0)
             : "hdfs://" + nameservice;
     writeClientConf(cluster, confDir, defaultFs, nameservice, ids, superuser, superuserGroup);
+    if (yarn != null) {
+      writeYarnConf(yarn, confDir);
+    }
 
     out.println(
         "{\"ready\": true, \"fs_default_fs\": " + quote(defaultFs)
@@ -113,10 +139,12 @@ public final class TestCluster {
             + ", \"conf_dir\": " + quote(confDir.getPath())
             + ", \"superuser\": " + quote(superuser)
             + ", \"nameservice\": " + (nameservice == null ? "null" : quote(nameservice))
-            + ", \"namenodes\": [" + String.join(", ", namenodes) + "]}");
+            + ", \"namenodes\": [" + String.join(", ", namenodes) + "]"
+            + ", \"yarn\": " + yarnReady(yarn, nodeManagers) + "}");
     out.flush();
 
     serveCommands(cluster, ids, out);
+    stopYarn(yarn);
     stop(cluster);
     System.exit(0);
   }
@@ -260,6 +288,162 @@ public final class TestCluster {
       cluster.shutdown(true);
     }
   }
+
+  // -- YARN: a ResourceManager and NodeManagers (--yarn N) ----------------------------------------
+
+  /** Memory each NodeManager offers to containers (MB): 2.5 GiB, so a container over its limit
+   * is killed long before the machine runs short. */
+  static final int NODEMANAGER_MEMORY_MB = 2560;
+  /** Virtual cores each NodeManager offers. */
+  static final int NODEMANAGER_VCORES = 2;
+  /** The smallest container (MB); requests are rounded up to a multiple of it. */
+  static final int MIN_ALLOCATION_MB = 128;
+  /** How often a NodeManager measures its containers' memory (ms). */
+  static final int MONITOR_INTERVAL_MS = 1000;
+
+  /** The number of NodeManagers of {@code --yarn}: 0 when absent, -1 when not a number from 1
+   * to 8. */
+  static int nodeManagers(String value) {
+    if (value == null) {
+      return 0;
+    }
+    try {
+      int n = Integer.parseInt(value);
+      return n >= 1 && n <= 8 ? n : -1;
+    } catch (NumberFormatException e) {
+      return -1;
+    }
+  }
+
+  /**
+   * Start Hadoop's MiniYARNCluster in this JVM: one ResourceManager on 127.0.0.1 (every port
+   * chosen free) and {@code nodeManagers} NodeManagers ({@code localhost}, as MiniYARNCluster
+   * names them), each offering {@link #NODEMANAGER_MEMORY_MB} MB and {@link #NODEMANAGER_VCORES}
+   * vcores. Containers are real processes (DefaultContainerExecutor, as the JVM's user); the
+   * physical-memory check is on, so a container whose processes use more than it was given is
+   * killed ("running beyond the 'PHYSICAL' memory limit", exit code 143 or 137); the
+   * virtual-memory check is off (a JVM reserves far more than it uses). Its local and log
+   * folders are under {@code <baseDir>/yarn}; {@code hdfsConf} (the HDFS cluster's) lets
+   * NodeManagers fetch an application's files from HDFS.
+   */
+  private static MiniYARNCluster startYarn(Configuration hdfsConf, File baseDir, int nodeManagers)
+      throws IOException {
+    // MiniYARNCluster puts its folders under GenericTestUtils.getTestDir(), i.e. this property.
+    File yarnDir = new File(baseDir, "yarn");
+    System.setProperty("test.build.data", yarnDir.getPath());
+    YarnConfiguration conf = new YarnConfiguration(hdfsConf);
+    // Our own addresses (loopback, free ports), not MiniYARNCluster's "localhost:0".
+    conf.setBoolean(YarnConfiguration.YARN_MINICLUSTER_FIXED_PORTS, true);
+    for (String key : RM_ADDRESS_KEYS) {
+      conf.set(key, "127.0.0.1:0");
+    }
+    conf.setInt(YarnConfiguration.YARN_MINICLUSTER_NM_PMEM_MB, NODEMANAGER_MEMORY_MB);
+    conf.setInt(YarnConfiguration.NM_VCORES, NODEMANAGER_VCORES);
+    conf.setInt(YarnConfiguration.RM_SCHEDULER_MINIMUM_ALLOCATION_MB, MIN_ALLOCATION_MB);
+    conf.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_MB, NODEMANAGER_MEMORY_MB);
+    conf.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_VCORES, NODEMANAGER_VCORES);
+    // The scheduler's queue: src/main/resources/capacity-scheduler.xml, on the classpath.
+    // The memory check, as on a course cluster: MiniYARNCluster turns monitoring off unless told.
+    conf.setBoolean(YarnConfiguration.YARN_MINICLUSTER_CONTROL_RESOURCE_MONITORING, true);
+    conf.setBoolean(YarnConfiguration.NM_CONTAINER_MONITOR_ENABLED, true);
+    conf.setBoolean(YarnConfiguration.NM_PMEM_CHECK_ENABLED, true);
+    conf.setBoolean(YarnConfiguration.NM_VMEM_CHECK_ENABLED, false);
+    conf.setLong(YarnConfiguration.NM_CONTAINER_MON_INTERVAL_MS, MONITOR_INTERVAL_MS);
+    // A busy shared disk must not make the NodeManagers unhealthy (the default limit is 90 %).
+    conf.setFloat(
+        YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE, 99.0f);
+    // Containers start the JVM as $JAVA_HOME/bin/java: this JVM's, when the environment has none.
+    if (System.getenv("JAVA_HOME") == null) {
+      conf.set(YarnConfiguration.NM_ADMIN_USER_ENV, "JAVA_HOME=" + System.getProperty("java.home"));
+    }
+    // Few threads: one JVM on a small machine (Hadoop's defaults are sized for a server).
+    conf.setInt(YarnConfiguration.RM_CLIENT_THREAD_COUNT, 4);
+    conf.setInt(YarnConfiguration.RM_SCHEDULER_CLIENT_THREAD_COUNT, 4);
+    conf.setInt(YarnConfiguration.RM_RESOURCE_TRACKER_CLIENT_THREAD_COUNT, 2);
+    conf.setInt(YarnConfiguration.RM_ADMIN_CLIENT_THREAD_COUNT, 1);
+    conf.setInt(YarnConfiguration.NM_CONTAINER_MGR_THREAD_COUNT, 4);
+    conf.setInt(YarnConfiguration.NM_LOCALIZER_CLIENT_THREAD_COUNT, 2);
+    conf.setInt(YarnConfiguration.NM_LOCALIZER_FETCH_THREAD_COUNT, 2);
+
+    MiniYARNCluster yarn = new MiniYARNCluster("scalelab", 1, nodeManagers, 1, 1);
+    yarn.init(conf);
+    yarn.start();
+    try {
+      if (!yarn.waitForNodeManagersToConnect(60_000)) {
+        throw new IOException(nodeManagers + " NodeManagers did not register within 60 s");
+      }
+    } catch (InterruptedException | org.apache.hadoop.yarn.exceptions.YarnException e) {
+      throw new IOException("waiting for the NodeManagers: " + e, e);
+    }
+    return yarn;
+  }
+
+  /** The ResourceManager's addresses a client needs, as MiniYARNCluster's configuration has them
+   * once started (the ports it bound). */
+  private static final List<String> RM_ADDRESS_KEYS =
+      List.of(
+          YarnConfiguration.RM_ADDRESS,
+          YarnConfiguration.RM_SCHEDULER_ADDRESS,
+          YarnConfiguration.RM_RESOURCE_TRACKER_ADDRESS,
+          YarnConfiguration.RM_ADMIN_ADDRESS,
+          YarnConfiguration.RM_WEBAPP_ADDRESS);
+
+  /** {@code yarn-site.xml} in {@code confDir}: the ResourceManager's addresses (RPC, scheduler,
+   * resource tracker, admin, web), and the memory settings a client may read. */
+  private static void writeYarnConf(MiniYARNCluster yarn, File confDir) throws IOException {
+    Configuration started = yarn.getConfig();
+    Configuration site = new Configuration(false);
+    for (String key : RM_ADDRESS_KEYS) {
+      site.set(key, loopback(started, key));
+    }
+    site.set("yarn.resourcemanager.hostname", "127.0.0.1");
+    site.setInt(YarnConfiguration.RM_SCHEDULER_MINIMUM_ALLOCATION_MB, MIN_ALLOCATION_MB);
+    site.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_MB, NODEMANAGER_MEMORY_MB);
+    site.setBoolean(YarnConfiguration.NM_PMEM_CHECK_ENABLED, true);
+    site.setBoolean(YarnConfiguration.NM_VMEM_CHECK_ENABLED, false);
+    write(site, new File(confDir, "yarn-site.xml"));
+  }
+
+  /** {@code 127.0.0.1:<port>} of a ResourceManager address the started cluster's configuration
+   * has (the ResourceManager writes the port it bound there, as {@code localhost:<port>}). */
+  private static String loopback(Configuration started, String key) {
+    String address = started.get(key, "");
+    String port = address.substring(address.lastIndexOf(':') + 1);
+    if (port.isEmpty() || port.equals("0") || !port.chars().allMatch(Character::isDigit)) {
+      throw new IllegalStateException("the ResourceManager has no bound address for " + key);
+    }
+    return "127.0.0.1:" + port;
+  }
+
+  /** The ready line's {@code "yarn"}: null without YARN, else the ResourceManager's addresses,
+   * its web port and the NodeManagers' count, memory, vcores and log folders. */
+  private static String yarnReady(MiniYARNCluster yarn, int nodeManagerCount) {
+    if (yarn == null) {
+      return "null";
+    }
+    Configuration conf = yarn.getConfig();
+    String web = loopback(conf, YarnConfiguration.RM_WEBAPP_ADDRESS);
+    List<String> logDirs = new ArrayList<>();
+    for (int i = 0; i < nodeManagerCount; i++) {
+      logDirs.add(quote(yarn.getNodeManager(i).getConfig().get(YarnConfiguration.NM_LOG_DIRS)));
+    }
+    return "{\"resourcemanager\": " + quote(loopback(conf, YarnConfiguration.RM_ADDRESS))
+        + ", \"scheduler\": " + quote(loopback(conf, YarnConfiguration.RM_SCHEDULER_ADDRESS))
+        + ", \"webapp\": " + quote(web)
+        + ", \"web_port\": " + web.substring(web.lastIndexOf(':') + 1)
+        + ", \"nodemanagers\": " + nodeManagerCount
+        + ", \"nodemanager_memory_mb\": " + NODEMANAGER_MEMORY_MB
+        + ", \"nodemanager_vcores\": " + NODEMANAGER_VCORES
+        + ", \"nodemanager_log_dirs\": [" + String.join(", ", logDirs) + "]}";
+  }
+
+  private static synchronized void stopYarn(MiniYARNCluster yarn) {
+    if (yarn != null && !yarn.isInState(org.apache.hadoop.service.Service.STATE.STOPPED)) {
+      yarn.stop(); // stops the NodeManagers, which kill their containers
+    }
+  }
+
+  // -- JSON ----------------------------------------------------------------------------------------
 
   private static String quote(String text) {
     StringBuilder out = new StringBuilder("\"");
