@@ -22,12 +22,12 @@ import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.server.MiniYARNCluster;
 
 /**
- * ScaleLab's test cluster: HDFS (a namenode, or an HA pair, and a datanode) on 127.0.0.1, in
- * this JVM.
+ * ScaleLab's test cluster: HDFS (a namenode, or an HA pair, and a datanode) and, with
+ * {@code --yarn N}, YARN (a ResourceManager and N NodeManagers) on 127.0.0.1, in this JVM.
  *
  * <pre>
  * java -Xmx512m -cp scalelab-testcluster.jar:lib/* org.scalelab.testcluster.TestCluster \
- *     --base-dir DIR --conf-dir DIR [--superuser-group NAME] [--ha NAMESERVICE]
+ *     --base-dir DIR --conf-dir DIR [--superuser-group NAME] [--ha NAMESERVICE] [--yarn N]
  * </pre>
  *
  * <p>Simple authentication, permissions on ({@code dfs.permissions.enabled}), WebHDFS on, every
@@ -37,18 +37,25 @@ import org.apache.hadoop.yarn.server.MiniYARNCluster;
  * (default {@code supergroup}) are superusers too. Any other user name a client sends
  * ({@code HADOOP_USER_NAME}, WebHDFS's {@code user.name}) is that user, as on a real cluster with
  * simple authentication. With {@code --ha NAMESERVICE}: two namenodes, {@code nn1} (active) and
- * {@code nn2} (standby), sharing their edits, behind the nameservice.
+ * {@code nn2} (standby), sharing their edits, behind the nameservice. With {@code --yarn N}
+ * (1 to 8): Hadoop's MiniYARNCluster, whose NodeManagers run each container as a real process
+ * and kill one that uses more physical memory than it was given (see {@link #startYarn}).
  *
  * <p>Once the cluster is up, the client configuration ({@code core-site.xml}: {@code
  * fs.defaultFS} is {@code hdfs://127.0.0.1:<rpc port>}, or {@code hdfs://NAMESERVICE};
- * {@code hdfs-site.xml}) is written into {@code --conf-dir}, for {@code HADOOP_CONF_DIR}, and ONE
- * line of JSON goes to stdout ({@code nameservice} null without {@code --ha}; the ports at the
- * top are the active namenode's):
+ * {@code hdfs-site.xml}; {@code yarn-site.xml} with YARN: the ResourceManager's addresses) is
+ * written into {@code --conf-dir}, for {@code HADOOP_CONF_DIR} (and {@code YARN_CONF_DIR}), and
+ * ONE line of JSON goes to stdout ({@code nameservice} null without {@code --ha}, {@code yarn}
+ * null without {@code --yarn}; the ports at the top are the active namenode's):
  *
  * <pre>
  * {"ready": true, "fs_default_fs": "hdfs://127.0.0.1:41234", "namenode_rpc_port": 41234,
  *  "webhdfs_port": 41235, "conf_dir": "<the --conf-dir, absolute>", "superuser": "root",
- *  "nameservice": null, "namenodes": [{"id": "nn1", "rpc_port": 41234, "http_port": 41235}]}
+ *  "nameservice": null, "namenodes": [{"id": "nn1", "rpc_port": 41234, "http_port": 41235}],
+ *  "yarn": {"resourcemanager": "127.0.0.1:41236", "scheduler": "127.0.0.1:41237",
+ *           "webapp": "127.0.0.1:41238", "web_port": 41238, "nodemanagers": 2,
+ *           "nodemanager_memory_mb": 2560, "nodemanager_vcores": 2,
+ *           "nodemanager_log_dirs": ["...", "..."]}}
  * </pre>
  *
  * <p>Nothing else is written to stdout (Hadoop's own output goes to stderr), but the answers to
