@@ -356,6 +356,9 @@ public final class TestCluster {
     conf.setBoolean(YarnConfiguration.NM_PMEM_CHECK_ENABLED, true);
     conf.setBoolean(YarnConfiguration.NM_VMEM_CHECK_ENABLED, false);
     conf.setLong(YarnConfiguration.NM_CONTAINER_MON_INTERVAL_MS, MONITOR_INTERVAL_MS);
+    // No cgroups here: the monitor's polling enforces the limit (with "strict" enforcement on,
+    // the NodeManager leaves it to the cgroup's OOM killer and never kills).
+    conf.setBoolean(YarnConfiguration.NM_MEMORY_RESOURCE_ENFORCED, false);
     // A busy shared disk must not make the NodeManagers unhealthy (the default limit is 90 %).
     conf.setFloat(
         YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE, 99.0f);
