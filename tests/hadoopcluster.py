@@ -278,9 +278,9 @@ def running_cluster(
     folder: Path, nameservice: str | None = None, nodemanagers: int = 0
 ) -> Iterator[HadoopTestCluster]:
     """A pytest fixture's body: a started :class:`HadoopTestCluster` in ``folder`` (with YARN
-    and ``nodemanagers`` NodeManagers when not 0), stopped after the ``yield``. Skips, naming the fix (``./install.sh``), where it is not built or
-    there is no Java; fails every test that uses it, with the JVM's last lines, where it is
-    built but does not start."""
+    and ``nodemanagers`` NodeManagers when not 0), stopped after the ``yield``. Skips, naming
+    the fix (``./install.sh``), where it is not built or there is no Java; fails every test
+    that uses it, with the JVM's last lines, where it is built but does not start."""
     import pytest
 
     reason = missing_reason()
