@@ -554,14 +554,22 @@ def begin(namespace: MutableMapping[str, Any], shell: Any, log_dir: Path | None)
         namespace["spark"] = lazy = LazySparkSession(_raiser(failure))
         namespace["sc"] = LazySparkContext(lazy)
         return f"spark: unavailable: {failure}"
-    lazy = LazySparkSession(lambda: build_session(conf))
+    follow_logs = log_dir is not None and spark_yarn.is_yarn(conf["spark.master"])
+
+    def factory() -> Any:
+        session = build_session(conf)
+        if follow_logs:  # the executors' logs, live in the server's log view
+            follow_yarn_logs(session, log_dir)
+        return session
+
+    lazy = LazySparkSession(factory)
     namespace["spark"] = lazy
     namespace["sc"] = LazySparkContext(lazy)
     if shell is not None:
         _swap_when_ready(shell, namespace, lazy, environ)
 
         def renew(*_args: Any) -> None:
-            renewed = renew_if_stopped(namespace, lambda: build_session(conf))
+            renewed = renew_if_stopped(namespace, factory)
             if renewed is not None:
                 _swap_when_ready(shell, namespace, renewed, environ)
                 print(STOPPED_NOTICE)
@@ -571,6 +579,21 @@ def begin(namespace: MutableMapping[str, Any], shell: Any, log_dir: Path | None)
         f"spark: {conf['spark.master']} with spark.driver.memory={conf['spark.driver.memory']}, "
         "starting in the background (as `spark` and `sc`; the first use waits for it)"
     )
+
+
+def follow_yarn_logs(session: Any, folder: Path) -> Any:
+    """Copy the YARN containers' logs of ``session``'s application into ``folder`` while it
+    runs (:class:`scalelab.kernels.yarn_logs.ContainerLogMirror`, a daemon thread); returns
+    the mirror, or None when the ResourceManager's web address is unknown."""
+    from scalelab.kernels.yarn_logs import ContainerLogMirror
+
+    context = session.sparkContext
+    rm_web = context._jsc.hadoopConfiguration().get("yarn.resourcemanager.webapp.address")
+    if not rm_web:
+        return None
+    return ContainerLogMirror(
+        rm_web, context.applicationId, folder, running=lambda: context._jsc is not None
+    ).start()
 
 
 def _raiser(error: Exception) -> Callable[[], Any]:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from scalelab.hub_ext.server.logstream import list_logs
 from scalelab.spawner.environment import server_environment
 from tests.conftest import REPO
 from tests.hadoopcluster import HadoopTestCluster
@@ -178,6 +179,33 @@ def test_a_job_runs_in_two_executor_containers_and_reads_and_writes_parquet_in_h
     # The files in HDFS are Parquet shards written by the executors.
     written = hdfs_cluster.webhdfs().ls(url.split(str(hdfs_cluster.rpc_port), 1)[1], detail=False)
     assert any(p.endswith(".parquet") for p in written), written
+
+
+def test_the_executors_logs_reach_the_servers_log_view_while_the_application_runs(
+    yarn_kernel: Kernel,
+):
+    out = yarn_kernel.run(
+        "import sys\n"
+        "sc.parallelize(range(2), 2).foreach("
+        "lambda i: print(f'scalelab-executor-says-{i}', file=sys.stderr, flush=True))"
+    )
+    assert out["error"] is None, out
+    folder = Path(yarn_kernel.env["SCALELAB_LOG_DIR"])
+    deadline = time.monotonic() + 60
+    said = ""
+    while time.monotonic() < deadline and not {"-0", "-1"} <= set(re.findall(r"-\d", said)):
+        time.sleep(1)
+        said = "".join(
+            line
+            for copy in folder.glob("yarn-container_*-stderr.log")
+            for line in copy.read_text(errors="replace").splitlines(keepends=True)
+            if "scalelab-executor-says-" in line
+        )
+    assert "scalelab-executor-says-0" in said and "scalelab-executor-says-1" in said, said
+    # The copies are logs the server's log view lists and follows, beside the driver's.
+    names = [log["name"] for log in list_logs(folder)]
+    assert any(n.startswith("spark-driver-") for n in names), names
+    assert sum(n.startswith("yarn-container_") for n in names) >= 2, names
 
 
 #: The cell of the lesson: a Python function in an executor that holds far more memory than the

@@ -156,3 +156,58 @@ def test_a_kernel_with_a_malformed_spark_conf_starts_and_its_spark_says_why(
     assert banner.startswith("spark: unavailable: SCALELAB_SPARK_CONF is not a JSON object")
     with pytest.raises(SparkStartError, match=r"c\.ScaleLabSpawner\.spark_conf"):
         namespace["spark"].range(1)
+
+
+def test_container_logs_are_found_through_the_resourcemanager_and_copied_once(tmp_path: Path):
+    from scalelab.common.logfiles import LOG_NAME
+    from scalelab.kernels.yarn_logs import (
+        ContainerLogMirror,
+        container_log_url,
+        containers,
+        log_contents,
+        log_name,
+    )
+
+    app, attempt, cid = (
+        "application_17_0001",
+        "appattempt_17_0001_000001",
+        "container_17_0001_01_000002",
+    )
+    rm = "127.0.0.1:8088"
+    answers = {  # the ResourceManager's REST answers, as Hadoop 3.5 gives them
+        f"http://{rm}/ws/v1/cluster/apps/{app}/appattempts": {
+            "appAttempts": {"appAttempt": [{"appAttemptId": attempt}]}
+        },
+        f"http://{rm}/ws/v1/cluster/apps/{app}/appattempts/{attempt}/containers": {
+            "container": [{"containerId": cid, "nodeHttpAddress": "http://localhost:8042"}]
+        },
+    }
+    assert containers(rm, app, answers.__getitem__) == [
+        {"id": cid, "node": "http://localhost:8042"}
+    ]
+    url = container_log_url("http://localhost:8042", cid)
+    assert url == f"http://localhost:8042/ws/v1/node/containerlogs/{cid}/stderr"
+    assert LOG_NAME.match(log_name(cid))  # a name the log view serves
+    with pytest.raises(ValueError, match="not a YARN container id"):
+        log_name("../../etc/passwd")
+
+    def answer(text: bytes) -> bytes:  # a NodeManager's containerlogs answer, as 3.5 gives it
+        return (
+            (
+                f"Container: {cid} on localhost:45873\nLogAggregationType: LOCAL\n====\n"
+                f"LogType:stderr\nLogLastModifiedTime:Fri Dec 04 00:34:02 +0000 2026\n"
+                f"LogLength:{len(text)}\nLogContents:\n"
+            ).encode()
+            + text
+            + b"End of LogType:stderr.This log file belongs to a running container"
+        )
+
+    assert log_contents(answer(b"a\nb")) == b"a\nb"
+    assert log_contents(b"plain") == b"plain"
+    logs = {url: answer(b"line 1\n")}
+    mirror = ContainerLogMirror(rm, app, tmp_path, running=lambda: True)
+    mirror.look(answers.__getitem__, logs.__getitem__)
+    logs[url] = answer(b"line 1\nline 2\n")
+    mirror.look(answers.__getitem__, logs.__getitem__)
+    mirror.look(answers.__getitem__, logs.__getitem__)
+    assert (tmp_path / log_name(cid)).read_text() == "line 1\nline 2\n"
