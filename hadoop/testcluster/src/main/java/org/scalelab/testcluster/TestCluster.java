@@ -350,6 +350,7 @@ public final class TestCluster {
     conf.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_MB, NODEMANAGER_MEMORY_MB);
     conf.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_VCORES, NODEMANAGER_VCORES);
     // The scheduler's queue: src/main/resources/capacity-scheduler.xml, on the classpath.
+
     // The memory check, as on a course cluster: MiniYARNCluster turns monitoring off unless told.
     conf.setBoolean(YarnConfiguration.YARN_MINICLUSTER_CONTROL_RESOURCE_MONITORING, true);
     conf.setBoolean(YarnConfiguration.NM_CONTAINER_MONITOR_ENABLED, true);
@@ -360,8 +361,7 @@ public final class TestCluster {
     // the NodeManager leaves it to the cgroup's OOM killer and never kills).
     conf.setBoolean(YarnConfiguration.NM_MEMORY_RESOURCE_ENFORCED, false);
     // A busy shared disk must not make the NodeManagers unhealthy (the default limit is 90 %).
-    conf.setFloat(
-        YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE, 99.0f);
+    conf.setFloat(YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE, 99.0f);
     // Containers start the JVM as $JAVA_HOME/bin/java: this JVM's, when the environment has none.
     if (System.getenv("JAVA_HOME") == null) {
       conf.set(YarnConfiguration.NM_ADMIN_USER_ENV, "JAVA_HOME=" + System.getProperty("java.home"));
