@@ -10,11 +10,14 @@ of each run (:func:`fold_java_frames`; the driver's log keeps them all).
 =========================================  =========================================================
 failure                                    setting named
 =========================================  =========================================================
+YARN master without the cluster's conf     ``HADOOP_CONF_DIR`` / ``YARN_CONF_DIR``
 Java missing / gateway exited at start     ``JAVA_HOME`` (and ``spark.driver.memory`` if invalid)
 driver JVM gone (OOM), opaque Py4J error   ``spark.driver.memory``
 driver heap ``OutOfMemoryError``           ``spark.driver.memory`` (local mode) /
                                            ``spark.executor.memory`` (executors)
-executor killed for memory overhead        ``spark.executor.memoryOverhead``
+executor's container killed for memory     ``spark.executor.memoryOverhead``,
+(YARN, exit 137/143; Kubernetes' OOM)      ``spark.memory.offHeap.size``,
+                                           ``spark.executor.memory``
 off-heap memory exhausted (off-heap on)    ``spark.memory.offHeap.enabled`` / ``.size``
 Python worker ``MemoryError``              ``spark.executor.pyspark.memory``
 result over ``spark.driver.maxResultSize``  ``spark.driver.maxResultSize``
@@ -140,15 +143,39 @@ def _heap(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explana
     )
 
 
+#: YARN's measure of a killed container, as Spark reports it: "1.5 GB of 896 MB physical memory
+#: used" (Hadoop's ContainersMonitorImpl; Spark's YarnAllocator quotes it).
+_CONTAINER_USAGE = re.compile(r"([\d.]+ [KMGT]?B) of ([\d.]+ [KMGT]?B) physical memory used")
+
+
 def _overhead(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
     overhead = conf.get("spark.executor.memoryOverhead") or "max(384m, 10% of executor memory)"
+    heap = _size(conf, "spark.executor.memory", "1g")
+    if conf.get("spark.memory.offHeap.enabled", "false").lower() == "true":
+        off_heap = (
+            f"off-heap memory is on (spark.memory.offHeap.size="
+            f"{conf.get('spark.memory.offHeap.size', '0')}) and the container must hold it "
+            "too: lower it or raise the overhead"
+        )
+    else:
+        off_heap = "off-heap memory is off (spark.memory.offHeap.enabled=false), so it takes none"
+    usage = _CONTAINER_USAGE.search(text)
+    who = "YARN" if re.search(r"\bYARN\b", text) else "its cluster manager"
+    measured = f" ({usage.group(1)} used of its {usage.group(2)})" if usage else ""
     return Explanation(
-        "a Spark executor was killed by its cluster manager for using more memory than its "
-        "container allows (heap + memory overhead): Python workers, Arrow buffers and other "
-        "native memory count against spark.executor.memoryOverhead.",
-        ("spark.executor.memoryOverhead",),
-        f"raise spark.executor.memoryOverhead (now {overhead}), e.g. to 1g or 2g, when you "
-        "create the session; or use more, smaller partitions.",
+        f"{who} killed a Spark executor's container for using more memory than the container "
+        f"was given{measured} -- the executor, not the driver (spark.driver.memory does not "
+        "help). A container holds the executor's Java heap (spark.executor.memory), its "
+        "off-heap memory (spark.memory.offHeap.size) and everything else native, counted in "
+        "spark.executor.memoryOverhead: Python workers (UDFs, mapPartitions, pandas), Arrow "
+        "buffers, the JVM's own.",
+        ("spark.executor.memoryOverhead", "spark.memory.offHeap.size", "spark.executor.memory"),
+        f"raise spark.executor.memoryOverhead (now {overhead}), e.g. to 1g or 2g, for Python "
+        f"and native memory; {off_heap}; spark.executor.memory (now {heap}) is the heap "
+        "only: raise it for a Java OutOfMemoryError, not for this. "
+        "Set them when the session is made: spark.stop(), then spark = SparkSession.builder"
+        ".config('spark.executor.memoryOverhead', '1g').getOrCreate(); or give each task less "
+        "data (more, smaller partitions).",
     )
 
 
@@ -196,6 +223,24 @@ def _max_result(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> E
     )
 
 
+def _no_yarn_conf(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
+    given = ", ".join(
+        f"{name}={env[name]}" for name in ("HADOOP_CONF_DIR", "YARN_CONF_DIR") if env.get(name)
+    )
+    return Explanation(
+        "Spark cannot find the YARN cluster (spark.master is yarn): "
+        + (
+            f"no yarn-site.xml in {given}."
+            if given
+            else "HADOOP_CONF_DIR and YARN_CONF_DIR are unset."
+        ),
+        ("HADOOP_CONF_DIR", "YARN_CONF_DIR"),
+        "ask the course's operators to set c.ScaleLabSpawner.hadoop_conf_dir to the cluster's "
+        "client configuration folder (core-site.xml, hdfs-site.xml, yarn-site.xml); then "
+        "restart your server.",
+    )
+
+
 def _stopped(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
     return Explanation(
         "`spark` was stopped (spark.stop() or sc.stop()) earlier in this cell, so it cannot "
@@ -229,12 +274,17 @@ _Rule = Callable[[str, Mapping[str, str], Mapping[str, str]], Explanation]
 
 #: (pattern over "<exception type>: <message>", explanation builder), first match wins.
 RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
+    (
+        re.compile(r"HADOOP_CONF_DIR (or|nor) YARN_CONF_DIR|no yarn-site\.xml in", re.I),
+        _no_yarn_conf,
+    ),
     (re.compile(r"spark\.driver\.maxResultSize", re.I), _max_result),
     (re.compile(r"JAVA_GATEWAY_EXITED|Java gateway process exited|JAVA_HOME", re.I), _java_missing),
     (
         re.compile(
             r"memoryOverhead|exceeding (physical )?memory limits|Container killed"
-            r"|exit(ed)? (with )?(code|status) 137|OOMKilled",
+            r"|beyond the 'PHYSICAL' memory limit"
+            r"|exit(ed)? (with )?(code|status)( is|:)? ?(137|143)\b|OOMKilled",
             re.I,
         ),
         _overhead,

@@ -9,8 +9,11 @@ the next cell finds a stand-in again (:func:`renew_if_stopped`, told in one line
 use of ``spark`` or ``sc`` builds a new session with the same settings, and a student who
 makes their own (``SparkSession.builder...getOrCreate()``) gets theirs.
 
-The session is configured from the hub (``SCALELAB_SPARK_MASTER``, ``SCALELAB_SPARK_DRIVER_MEMORY``,
-see :mod:`scalelab.envvars`) with, in addition:
+The session is configured from the hub (``SCALELAB_SPARK_MASTER``, ``SCALELAB_SPARK_DRIVER_MEMORY``
+and ``SCALELAB_SPARK_CONF``, ops' further ``spark.*`` settings; see :mod:`scalelab.envvars`), with
+ScaleLab's settings for YARN when the master is ``yarn`` (:mod:`scalelab.kernels.spark_yarn`:
+client mode, Spark's jars and PySpark local to the NodeManagers; ops' settings win) and, in
+addition:
 
 - a Spark UI port of its own (``spark.ui.port``, a free port chosen at start, so many users'
   drivers on one machine never collide) and, under JupyterHub, ``spark.ui.proxyBase`` =
@@ -23,6 +26,7 @@ see :mod:`scalelab.envvars`) with, in addition:
 from __future__ import annotations
 
 import html
+import json
 import os
 import re
 import socket
@@ -36,6 +40,7 @@ from typing import Any
 
 from scalelab import envvars
 from scalelab.common.stderr_lines import Harmless, forward
+from scalelab.kernels import spark_yarn
 from scalelab.kernels.spark_defaults import DEFAULT_DRIVER_MEMORY, DEFAULT_SPARK_MASTER, spark_conf
 
 #: log4j2 configuration of the driver: WARN and above to the console (the kernel's stderr, hence
@@ -51,7 +56,9 @@ from scalelab.kernels.spark_defaults import DEFAULT_DRIVER_MEMORY, DEFAULT_SPARK
 #: level, so Spark does not reset it). The
 #: scheduler's and executor's lines about a failed task (``WARN TaskSetManager: Lost task ...``,
 #: ``ERROR TaskSetManager: ... aborting job``, ``WARN Executor: ... Result is larger than
-#: maxResultSize``) go to the file only: the job's exception in the cell says the same, below
+#: maxResultSize``, and on YARN ``ERROR YarnScheduler: Lost executor 1 ...: Container killed by
+#: YARN for exceeding physical memory limits`` with its ``YarnSchedulerEndpoint`` twin) go to the
+#: file only: the job's exception in the cell says the same, below
 #: ScaleLab's explanation, and they would stand red above it; so does the uncaught-exception
 #: handler's record of the error that ends the driver (an OutOfMemoryError in local mode), which
 #: the explanation names with the driver's exit status. A warning or error that does reach the
@@ -105,6 +112,13 @@ logger.executor.appenderRef.file.ref = file
 logger.uncaught.name = org.apache.spark.util.SparkUncaughtExceptionHandler
 logger.uncaught.additivity = false
 logger.uncaught.appenderRef.file.ref = file
+logger.yarnscheduler.name = org.apache.spark.scheduler.cluster.YarnScheduler
+logger.yarnscheduler.additivity = false
+logger.yarnscheduler.appenderRef.file.ref = file
+logger.yarnendpoint.name = org.apache.spark.scheduler.cluster.\\
+    YarnSchedulerBackend$YarnSchedulerEndpoint
+logger.yarnendpoint.additivity = false
+logger.yarnendpoint.appenderRef.file.ref = file
 """
 
 
@@ -165,16 +179,57 @@ def ui_proxy_path(service_prefix: str, port: int) -> str:
     return f"{service_prefix.rstrip('/')}/sparkui/{port}/"
 
 
+def ops_conf(environ: Mapping[str, str]) -> dict[str, str]:
+    """Ops' further Spark settings, ``SCALELAB_SPARK_CONF`` (``c.ScaleLabSpawner.spark_conf``)
+    (pure): a JSON object of ``spark.*`` keys to strings; unset or empty: ``{}``.
+
+    Raises
+    ------
+    SparkStartError
+        Not a JSON object of ``spark.*`` keys to strings; the message names the variable and the
+        setting to fix.
+    """
+    raw = environ.get(envvars.SPARK_CONF, "").strip()
+    if not raw:
+        return {}
+    try:
+        conf = json.loads(raw)
+    except ValueError as exc:
+        conf = exc
+    if not isinstance(conf, dict) or not all(
+        isinstance(k, str) and k.startswith("spark.") and isinstance(v, str)
+        for k, v in conf.items()
+    ):
+        raise SparkStartError(
+            f"{envvars.SPARK_CONF} is not a JSON object of spark.* settings to strings "
+            f"({raw[:200]!r}): ops fix c.ScaleLabSpawner.spark_conf, e.g. "
+            '{"spark.executor.memory": "2g"}'
+        )
+    return conf
+
+
 def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, str]:
     """The kernel session's settings from its environment (I/O: picks a port, writes log4j2).
+
+    In order, later ones winning: :func:`~scalelab.kernels.spark_defaults.spark_conf` (master,
+    driver memory, application name), :func:`~scalelab.kernels.spark_yarn.yarn_conf` when the
+    master is ``yarn``, ops' :func:`ops_conf`, and :func:`driver_conf` (the UI's port and
+    proxy, the driver's log4j2 file, added to ops' ``spark.driver.extraJavaOptions``).
 
     Parameters
     ----------
     environ
         The kernel's environment: ``SCALELAB_SPARK_MASTER``, ``SCALELAB_SPARK_DRIVER_MEMORY``,
-        ``JUPYTERHUB_USER``, ``JUPYTERHUB_SERVICE_PREFIX``.
+        ``SCALELAB_SPARK_CONF``, ``SPARK_HOME``, ``JUPYTERHUB_USER``,
+        ``JUPYTERHUB_SERVICE_PREFIX``.
     log_dir
         Where the driver's log goes (``spark-driver-<pid>.log``); None: console only.
+
+    Raises
+    ------
+    SparkStartError
+        ``SCALELAB_SPARK_CONF`` is malformed, or the master is ``yarn`` and no Spark
+        installation is found.
     """
     log4j_file = None
     if log_dir is not None:
@@ -189,13 +244,26 @@ def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, 
         environ.get(envvars.SPARK_DRIVER_MEMORY) or DEFAULT_DRIVER_MEMORY,
         f"scalelab-{user}",
     )
-    conf.update(
-        driver_conf(
-            ui_port=free_port(),
-            service_prefix=environ.get("JUPYTERHUB_SERVICE_PREFIX", ""),
-            log4j_file=log4j_file,
+    if spark_yarn.is_yarn(conf["spark.master"]):
+        try:
+            conf.update(spark_yarn.yarn_conf(spark_yarn.spark_home(environ)))
+        except FileNotFoundError as exc:
+            raise SparkStartError(f"Spark on YARN: {exc}") from exc
+    conf.update(ops_conf(environ))
+    own = driver_conf(
+        ui_port=free_port(),
+        service_prefix=environ.get("JUPYTERHUB_SERVICE_PREFIX", ""),
+        log4j_file=log4j_file,
+    )
+    options = " ".join(
+        filter(
+            None,
+            (conf.get("spark.driver.extraJavaOptions"), own.get("spark.driver.extraJavaOptions")),
         )
     )
+    conf.update(own)
+    if options:
+        conf["spark.driver.extraJavaOptions"] = options
     return conf
 
 
@@ -215,6 +283,15 @@ def build_session(conf: Mapping[str, str]) -> Any:
     # Executors run Python workers: make them use this kernel's interpreter, not python3 on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if spark_yarn.is_yarn(conf.get("spark.master", "")):
+        problem = spark_yarn.missing_conf_dir(os.environ)
+        if problem is not None:  # Spark's own refusal would read as a JVM that failed to start
+            raise SparkStartError(f"Spark did not start: {problem}")
+        try:
+            home = spark_yarn.spark_home(os.environ)
+            os.environ.update(spark_yarn.yarn_environment(os.environ, home, sys.executable))
+        except FileNotFoundError as exc:
+            raise SparkStartError(f"Spark did not start: Spark on YARN: {exc}") from exc
     if conf.get("spark.driver.bindAddress") == "127.0.0.1":
         # Spark's UI binds to SPARK_LOCAL_IP, else to every interface (0.0.0.0), whatever
         # spark.driver.bindAddress says: keep it on loopback with the driver, so that it is
@@ -470,15 +547,29 @@ def begin(namespace: MutableMapping[str, Any], shell: Any, log_dir: Path | None)
     """
     environ = dict(os.environ)
     silence_harmless_warnings()
-    conf = session_conf(environ, log_dir)
-    lazy = LazySparkSession(lambda: build_session(conf))
+    try:
+        conf = session_conf(environ, log_dir)
+    except SparkStartError as exc:  # a bad setting: the kernel starts, `spark` says why
+        failure = exc
+        namespace["spark"] = lazy = LazySparkSession(_raiser(failure))
+        namespace["sc"] = LazySparkContext(lazy)
+        return f"spark: unavailable: {failure}"
+    follow_logs = log_dir is not None and spark_yarn.is_yarn(conf["spark.master"])
+
+    def factory() -> Any:
+        session = build_session(conf)
+        if follow_logs:  # the executors' logs, live in the server's log view
+            follow_yarn_logs(session, log_dir)
+        return session
+
+    lazy = LazySparkSession(factory)
     namespace["spark"] = lazy
     namespace["sc"] = LazySparkContext(lazy)
     if shell is not None:
         _swap_when_ready(shell, namespace, lazy, environ)
 
         def renew(*_args: Any) -> None:
-            renewed = renew_if_stopped(namespace, lambda: build_session(conf))
+            renewed = renew_if_stopped(namespace, factory)
             if renewed is not None:
                 _swap_when_ready(shell, namespace, renewed, environ)
                 print(STOPPED_NOTICE)
@@ -488,6 +579,30 @@ def begin(namespace: MutableMapping[str, Any], shell: Any, log_dir: Path | None)
         f"spark: {conf['spark.master']} with spark.driver.memory={conf['spark.driver.memory']}, "
         "starting in the background (as `spark` and `sc`; the first use waits for it)"
     )
+
+
+def follow_yarn_logs(session: Any, folder: Path) -> Any:
+    """Copy the YARN containers' logs of ``session``'s application into ``folder`` while it
+    runs (:class:`scalelab.kernels.yarn_logs.ContainerLogMirror`, a daemon thread); returns
+    the mirror, or None when the ResourceManager's web address is unknown."""
+    from scalelab.kernels.yarn_logs import ContainerLogMirror
+
+    context = session.sparkContext
+    rm_web = context._jsc.hadoopConfiguration().get("yarn.resourcemanager.webapp.address")
+    if not rm_web:
+        return None
+    return ContainerLogMirror(
+        rm_web, context.applicationId, folder, running=lambda: context._jsc is not None
+    ).start()
+
+
+def _raiser(error: Exception) -> Callable[[], Any]:
+    """A session factory that raises ``error``."""
+
+    def fail() -> Any:
+        raise error
+
+    return fail
 
 
 #: Told once, in the first cell after the student stopped ``spark``.

@@ -12,6 +12,9 @@ STORE_OPTIONS = "SCALELAB_STORE_OPTIONS"
 SPARK_MASTER = "SCALELAB_SPARK_MASTER"
 #: Spark driver memory (``ScaleLabSpawner.spark_driver_memory``), a JVM size such as ``2g``.
 SPARK_DRIVER_MEMORY = "SCALELAB_SPARK_DRIVER_MEMORY"
+#: Further Spark settings of the PySpark kernel's session (``ScaleLabSpawner.spark_conf``), a
+#: JSON object of ``spark.*`` keys to string values, e.g. ``{"spark.executor.memory": "2g"}``.
+SPARK_CONF = "SCALELAB_SPARK_CONF"
 #: NVML UUIDs of the GPUs the server holds, comma-separated; empty for CPU only.
 GPUS = "SCALELAB_GPUS"
 #: When the server's GPU session ends (seconds since the epoch); unset when unlimited.

@@ -90,7 +90,30 @@ class CourseSpawnerMixin(GPUSpawnerMixin):
         DEFAULT_SPARK_MASTER,
         config=True,
         help="""Spark master of the PySpark kernel's session: `local[*]` (every core of the
-        server's machine), `spark://host:7077`, `yarn`, `k8s://...`.""",
+        server's machine), `spark://host:7077`, `yarn` (client mode; set `hadoop_conf_dir`,
+        and executors' sizes in `spark_conf`), `k8s://...`.""",
+    )
+
+    spark_conf = Dict(
+        key_trait=Unicode(),
+        value_trait=Unicode(),
+        config=True,
+        help="""Further Spark settings of the PySpark kernel's session (`spark.*` keys, string
+        values), e.g. for YARN `{"spark.executor.instances": "4", "spark.executor.memory":
+        "2g", "spark.executor.memoryOverhead": "1g", "spark.yarn.queue": "course"}`. Servers
+        get them as JSON in SCALELAB_SPARK_CONF; they win over ScaleLab's own defaults (with
+        `spark_master = "yarn"`: client mode, `spark.yarn.jars` local to the NodeManagers), but
+        `spark.master` and `spark.driver.memory` are `spark_master` and the student's
+        `spark_driver_memory`. Default: none.""",
+    )
+
+    hadoop_conf_dir = Unicode(
+        "",
+        config=True,
+        help="""The Hadoop cluster's client configuration folder (`core-site.xml`,
+        `hdfs-site.xml`, `yarn-site.xml`), given to servers and kernels as HADOOP_CONF_DIR and
+        YARN_CONF_DIR: Spark on YARN (`spark_master = "yarn"`) finds the ResourceManager there,
+        and `hdfs://` the namenodes. Empty: the servers' environment decides.""",
     )
 
     spark_driver_memory = Unicode(
@@ -233,6 +256,8 @@ class CourseSpawnerMixin(GPUSpawnerMixin):
                 spark_driver_memory=(
                     self._request.spark_driver_memory if self._request else self.spark_driver_memory
                 ),
+                spark_conf=self.spark_conf,
+                hadoop_conf_dir=self.hadoop_conf_dir,
                 gpu_uuids=self.gpu_uuids,
                 jupyter_path=self.kernelspec_path,
                 inherited_jupyter_path=env.get("JUPYTER_PATH", ""),

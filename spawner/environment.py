@@ -21,6 +21,8 @@ def server_environment(
     store_options: Mapping[str, Any],
     spark_master: str,
     spark_driver_memory: str,
+    spark_conf: Mapping[str, str] | None = None,
+    hadoop_conf_dir: str = "",
     gpu_uuids: Sequence[str] = (),
     jupyter_path: Iterable[str] = (),
     inherited_jupyter_path: str = "",
@@ -33,6 +35,11 @@ def server_environment(
         The course store (``ScaleLabSpawner.store_url`` / ``.store_options``).
     spark_master, spark_driver_memory
         Spark settings for the PySpark kernel, e.g. ``"local[*]"`` and ``"2g"``.
+    spark_conf
+        Further ``spark.*`` settings of the kernel's session (``SCALELAB_SPARK_CONF``, JSON).
+    hadoop_conf_dir
+        The Hadoop client configuration folder, as ``HADOOP_CONF_DIR`` and ``YARN_CONF_DIR``;
+        empty: neither is set.
     gpu_uuids
         NVML UUIDs of the GPUs the server holds; empty for a CPU-only server.
     jupyter_path
@@ -45,7 +52,8 @@ def server_environment(
     -------
     dict
         ``SCALELAB_*`` variables, ``CUDA_VISIBLE_DEVICES`` (GPU UUIDs, comma-separated, or ``""``
-        which hides every GPU), ``NVIDIA_VISIBLE_DEVICES`` when GPUs are held, and
+        which hides every GPU), ``NVIDIA_VISIBLE_DEVICES`` when GPUs are held,
+        ``HADOOP_CONF_DIR`` and ``YARN_CONF_DIR`` when ``hadoop_conf_dir`` is set, and
         ``JUPYTER_PATH``.
     """
     paths = [*jupyter_path, *filter(None, inherited_jupyter_path.split(os.pathsep))]
@@ -54,9 +62,12 @@ def server_environment(
         envvars.STORE_OPTIONS: json.dumps(dict(store_options), sort_keys=True),
         envvars.SPARK_MASTER: spark_master,
         envvars.SPARK_DRIVER_MEMORY: spark_driver_memory,
+        envvars.SPARK_CONF: json.dumps(dict(spark_conf or {}), sort_keys=True),
         envvars.GPUS: ",".join(gpu_uuids),
         "CUDA_VISIBLE_DEVICES": ",".join(gpu_uuids),
     }
+    if hadoop_conf_dir:
+        env["HADOOP_CONF_DIR"] = env["YARN_CONF_DIR"] = hadoop_conf_dir
     if gpu_uuids:  # for the NVIDIA container runtime, when servers run in containers
         env["NVIDIA_VISIBLE_DEVICES"] = ",".join(gpu_uuids)
     if paths:

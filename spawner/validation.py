@@ -95,6 +95,32 @@ def validate_spawner_config(config: Config, spawner_class: type | None = None) -
                 f"c.{spawner_class.__name__}.spark_driver_memory must be a JVM size like "
                 f"'512m' or '2g', not {memory!r}"
             ) from None
+    check_spark_conf(settings.get("spark_conf") or {}, where)
+
+
+#: Spark settings that have a setting of their own in the spawner, not ``spark_conf``.
+OWN_SETTINGS = {"spark.master": "spark_master", "spark.driver.memory": "spark_driver_memory"}
+
+
+def check_spark_conf(conf: dict[str, Any], where: str) -> None:
+    """Check ``spark_conf`` (pure): ``spark.*`` keys only, none that has a spawner setting of
+    its own (``spark.master``: ``spark_master``; ``spark.driver.memory``:
+    ``spark_driver_memory``).
+
+    Raises
+    ------
+    ValueError
+        The first bad key, named with the fix.
+    """
+    for key in conf:
+        if not str(key).startswith("spark."):
+            raise ValueError(
+                f"{where}.spark_conf: {key!r} is not a Spark setting (they start with 'spark.')"
+            )
+        if key in OWN_SETTINGS:
+            raise ValueError(
+                f"{where}.spark_conf: set {key} with {where}.{OWN_SETTINGS[key]}, not in spark_conf"
+            )
 
 
 def check_store_identity(config: Config, settings: dict[str, Any], where: str) -> None:

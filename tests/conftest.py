@@ -1,5 +1,5 @@
 """Shared fixtures: the real data sets (../shared/data), a course store, ScaleLab's kernelspecs,
-and the HDFS test cluster (``tests/hadoopcluster.py``)."""
+and the HDFS and YARN test cluster (``tests/hadoopcluster.py``)."""
 
 from __future__ import annotations
 
@@ -66,12 +66,14 @@ def kernel_environment(
 
 @pytest.fixture(scope="session")
 def hdfs_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HadoopTestCluster]:
-    """The HDFS test cluster, started once per test run (about 10 s) and stopped at its end.
+    """The test cluster, HDFS and YARN with 2 NodeManagers in one JVM, started once per test run
+    (about 20 s) and stopped at its end; its ``conf_dir`` is the ``HADOOP_CONF_DIR`` (and
+    ``YARN_CONF_DIR``) of both.
 
     Skips, naming the fix (``./install.sh``), where it is not built or there is no Java; fails
     every test that uses it, with the JVM's last lines, where it is built but does not start.
     """
-    yield from running_cluster(tmp_path_factory.mktemp("hdfs-cluster"))
+    yield from running_cluster(tmp_path_factory.mktemp("hdfs-cluster"), nodemanagers=2)
 
 
 @pytest.fixture(autouse=True)

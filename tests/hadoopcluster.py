@@ -1,8 +1,11 @@
-"""A real HDFS for tests: ScaleLab's test cluster (``hadoop/testcluster``) on loopback.
+"""A real HDFS (and YARN) for tests: ScaleLab's test cluster (``hadoop/testcluster``) on loopback.
 
 One JVM runs Hadoop's own ``MiniDFSCluster`` (a namenode, or an HA pair behind a nameservice,
-and a datanode; WebHDFS on, permissions on, simple authentication), every port free and bound to
-127.0.0.1, its data and client configuration (``HADOOP_CONF_DIR``) in a folder of the test's.
+and a datanode; WebHDFS on, permissions on, simple authentication) and, when asked for, its
+``MiniYARNCluster`` (a ResourceManager and NodeManagers running real containers, each
+NodeManager offering 2.5 GiB and 2 vcores, the physical-memory check on), every port free and
+bound to 127.0.0.1, its data and client configuration (``HADOOP_CONF_DIR``: ``core-site.xml``,
+``hdfs-site.xml``, ``yarn-site.xml``) in a folder of the test's.
 ``install.sh`` builds the Maven project once (``target/scalelab-testcluster.jar`` and its jars in
 ``target/lib/``); tests never download. The user running the tests owns the namenode, so it is
 the HDFS superuser; any other name a client sends (``HADOOP_USER_NAME`` for hdfs-native,
@@ -43,9 +46,11 @@ PROJECT = REPO / "hadoop" / "testcluster"
 JAR = PROJECT / "target" / "scalelab-testcluster.jar"
 LIB = PROJECT / "target" / "lib"
 MAIN_CLASS = "org.scalelab.testcluster.TestCluster"
-#: The JVM's heap limit (``-Xmx``); the whole process stays near 300 MiB resident.
+#: The JVM's heap limit (``-Xmx``); the whole process stays near 300 MiB resident (HDFS
+#: alone) or 450 MiB (with YARN's ResourceManager and two NodeManagers; their containers are
+#: processes of their own).
 HEAP = "512m"
-#: Seconds to wait for the ready line (about 10 s on 2 idle cores).
+#: Seconds to wait for the ready line (about 10 s on 2 idle cores, 20 s with YARN).
 START_TIMEOUT_S = 180.0
 #: The fix named when the cluster cannot run here.
 FIX = "run ./install.sh (it builds hadoop/testcluster with Maven: Java 17 and mvn needed)"
@@ -87,6 +92,8 @@ class HadoopTestCluster:
         nameservice of that name, which ``fs.defaultFS`` names.
     kerberos, students
         A secure cluster with its KDC, and a principal and keytab for each student named.
+    nodemanagers
+        0: HDFS only. 1 to 8: YARN too, with that many NodeManagers (``--yarn N``).
 
     Attributes (after :meth:`start`)
     --------------------------------
@@ -104,6 +111,12 @@ class HadoopTestCluster:
         ``principals`` (short name -> ``principal``, ``keytab``); else None.
     start_s
         Seconds from the JVM's start to the ready line.
+    yarn
+        None without YARN; else the ready line's ``"yarn"``: ``resourcemanager`` and
+        ``scheduler`` (``"127.0.0.1:<port>"``), ``webapp`` and ``web_port`` (the
+        ResourceManager's web UI and REST API), ``nodemanagers`` (their number),
+        ``nodemanager_memory_mb``, ``nodemanager_vcores`` and ``nodemanager_log_dirs`` (each
+        NodeManager's container log folder: ``<dir>/<application>/<container>/stderr``).
     """
 
     def __init__(
@@ -113,6 +126,7 @@ class HadoopTestCluster:
         nameservice: str | None = None,
         kerberos: bool = False,
         students: tuple[str, ...] = (),
+        nodemanagers: int = 0,
     ):
         self.folder = folder
         self.heap = heap
@@ -120,6 +134,8 @@ class HadoopTestCluster:
         self.kerberos = kerberos
         self.students = students
         self.kerberos_info: dict[str, Any] | None = None
+        self.nodemanagers = nodemanagers
+        self.yarn: dict[str, Any] | None = None
         self.namenodes: list[dict[str, Any]] = []
         self.log = folder / "cluster.log"
         self.conf_dir = folder / "conf"
@@ -141,6 +157,7 @@ class HadoopTestCluster:
             *(["--ha", self.nameservice] if self.nameservice else []),
             *(["--kerberos"] if self.kerberos else []),
             *(["--students", ",".join(self.students)] if self.kerberos and self.students else []),
+            *(["--yarn", str(self.nodemanagers)] if self.nodemanagers else []),
         ]  # fmt: skip
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
@@ -193,6 +210,7 @@ class HadoopTestCluster:
         self.superuser = str(ready["superuser"])
         self.namenodes = list(ready["namenodes"])
         self.kerberos_info = ready.get("kerberos")
+        self.yarn = ready.get("yarn")
 
     def failover(self, timeout_s: float = 60) -> str:
         """Make the active namenode of the HA pair standby and the other active; returns the
@@ -317,9 +335,12 @@ class HadoopTestCluster:
         }
 
     def environment(self, user: str | None = None) -> dict[str, str]:
-        """Variables for a client of this cluster: ``HADOOP_CONF_DIR``, and
-        ``HADOOP_USER_NAME`` when ``user`` is given (hdfs-native and Hadoop's Java client)."""
+        """Variables for a client of this cluster: ``HADOOP_CONF_DIR`` (and ``YARN_CONF_DIR``
+        with YARN), and ``HADOOP_USER_NAME`` when ``user`` is given (hdfs-native and Hadoop's
+        Java client)."""
         env = {"HADOOP_CONF_DIR": str(self.conf_dir)}
+        if self.yarn is not None:
+            env["YARN_CONF_DIR"] = str(self.conf_dir)
         if user is not None:
             env["HADOOP_USER_NAME"] = user
         return env
@@ -330,18 +351,24 @@ def running_cluster(
     nameservice: str | None = None,
     kerberos: bool = False,
     students: tuple[str, ...] = (),
+    nodemanagers: int = 0,
 ) -> Iterator[HadoopTestCluster]:
-    """A pytest fixture's body: a started :class:`HadoopTestCluster` in ``folder``, stopped
-    after the ``yield``. Skips, naming the fix (``./install.sh``), where it is not built or
-    there is no Java (or, with ``kerberos``, no kinit); fails every test that uses it, with the
-    JVM's last lines, where it is built but does not start."""
+    """A pytest fixture's body: a started :class:`HadoopTestCluster` in ``folder`` (with YARN
+    and ``nodemanagers`` NodeManagers when not 0), stopped after the ``yield``. Skips, naming
+    the fix (``./install.sh``), where it is not built or there is no Java (or, with
+    ``kerberos``, no kinit); fails every test that uses it, with the JVM's last lines, where it
+    is built but does not start."""
     import pytest
 
     reason = missing_reason(kerberos)
     if reason is not None:
         pytest.skip(reason)
     cluster = HadoopTestCluster(
-        folder, nameservice=nameservice, kerberos=kerberos, students=students
+        folder,
+        nameservice=nameservice,
+        kerberos=kerberos,
+        students=students,
+        nodemanagers=nodemanagers,
     )
     try:
         try:

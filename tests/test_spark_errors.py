@@ -1,6 +1,6 @@
 """Spark failure explanations: the pattern matching (pure), on the texts Spark and its cluster
-managers really print (Spark 4.3 here; YARN's and Kubernetes' texts copied from their logs, since
-neither runs here)."""
+managers really print (Spark 4.3 here; YARN's captured on the test cluster's YARN; Kubernetes'
+copied from its logs, since it does not run here)."""
 
 from __future__ import annotations
 
@@ -49,12 +49,23 @@ TOO_LITTLE_DRIVER_MEMORY = (
     "[INVALID_DRIVER_MEMORY.SYSTEM_MEMORY] Insufficient driver memory: System memory 209715200 "
     "must be at least 471859200."
 )
-# YARN's NodeManager, as Spark reports it (not runnable here).
+# YARN's NodeManager killing an executor's container, as Spark 4.3 reports it in the cell: captured
+# from tests/test_spark_yarn.py on the test cluster's YARN (a Python worker holding 1.4 GiB in an
+# executor of spark.executor.memory=512m, a container of 896 MB, spark.task.maxFailures=1).
 YARN_OVERHEAD = (
-    "Py4JJavaError: org.apache.spark.SparkException: Job aborted due to stage failure: Task 3 in "
-    "stage 1.0 failed 4 times: ExecutorLostFailure (executor 2 exited caused by one of the "
-    "running tasks) Reason: Container killed by YARN for exceeding physical memory limits. "
-    "4.5 GB of 4.5 GB physical memory used. Consider boosting spark.executor.memoryOverhead."
+    "Py4JJavaError Py4JError Exception: An error occurred while calling "
+    "z:org.apache.spark.api.python.PythonRDD.collectAndServe.\n"
+    ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 0.0 "
+    "failed 1 times, most recent failure: Lost task 0.0 in stage 0.0 (TID 0) (localhost executor "
+    "1): ExecutorLostFailure (executor 1 exited caused by one of the running tasks) Reason: "
+    "Container killed by YARN for exceeding physical memory limits. 1.5 GB of 896 MB physical "
+    "memory used. Consider boosting spark.executor.memoryOverhead."
+)
+# The NodeManager's own line for it (its log), which names the limit Hadoop's way.
+YARN_NODEMANAGER = (
+    "Container [pid=6059,containerID=container_1796343182646_0001_01_000002] is running "
+    "663175168B beyond the 'PHYSICAL' memory limit. Current usage: 1.5 GB of 896 MB physical "
+    "memory used; 4.5 GB of 1.8 GB virtual memory used. Killing container."
 )
 # Kubernetes (not runnable here).
 K8S_OOMKILLED = (
@@ -106,6 +117,44 @@ def test_each_failure_names_its_setting(text: str, conf: dict, setting: str):
     assert isinstance(explanation, Explanation)
     assert setting in explanation.settings
     assert setting in explanation.text()
+
+
+YARN = {"spark.master": "yarn", "spark.driver.memory": "1g", "spark.executor.memory": "512m"}
+
+
+@pytest.mark.parametrize("text", [YARN_OVERHEAD, YARN_NODEMANAGER])
+def test_an_executor_killed_by_yarn_for_memory_names_the_executors_settings_not_the_drivers(
+    text: str,
+):
+    explanation = explain(text, YARN, {})
+    assert explanation.settings == (
+        "spark.executor.memoryOverhead",
+        "spark.memory.offHeap.size",
+        "spark.executor.memory",
+    )
+    assert "the executor, not the driver" in explanation.title
+    assert "(1.5 GB used of its 896 MB)" in explanation.title
+    assert "now 512m" in explanation.fix  # spark.executor.memory, the session's value
+    assert "off-heap memory is off" in explanation.fix
+    on = explain(text, {**YARN, "spark.memory.offHeap.enabled": "true",
+                        "spark.memory.offHeap.size": "1g"}, {})  # fmt: skip
+    assert "spark.memory.offHeap.size=1g) and the container must hold it too" in on.fix
+    # The driver's own heap failure stays the driver's.
+    assert explain(EXECUTOR_HEAP, LOCAL, {}).settings == ("spark.driver.memory",)
+
+
+def test_a_yarn_master_without_the_clusters_configuration_names_hadoop_conf_dir():
+    text = (
+        "SparkStartError RuntimeError Exception: Spark did not start: spark.master is yarn, but "
+        "neither HADOOP_CONF_DIR nor YARN_CONF_DIR is set, so Spark cannot find the "
+        "ResourceManager"
+    )
+    explanation = explain(text, YARN, {"JAVA_HOME": "/usr/lib/jvm/x"})
+    assert explanation.settings == ("HADOOP_CONF_DIR", "YARN_CONF_DIR")
+    assert "c.ScaleLabSpawner.hadoop_conf_dir" in explanation.fix
+    elsewhere = explain(text.replace("neither", "no yarn-site.xml in HADOOP_CONF_DIR=/etc"),
+                        YARN, {"HADOOP_CONF_DIR": "/etc"})  # fmt: skip
+    assert "no yarn-site.xml in HADOOP_CONF_DIR=/etc" in elsewhere.title
 
 
 def test_first_setting_is_the_one_to_change():

@@ -94,6 +94,11 @@ final class SecureSetup {
     return rest.toArray(new String[0]);
   }
 
+  /** Whether {@code options} (from {@link #takeOptions}) ask for a secure cluster. */
+  static boolean asked(Map<String, String> options) {
+    return options.containsKey("--kerberos");
+  }
+
   /**
    * Start the KDC (its data under {@code workDir}) and make every principal and keytab; null
    * when {@code options} has no {@code --kerberos}. Must run before anything in this JVM asks
@@ -101,7 +106,7 @@ final class SecureSetup {
    */
   static SecureSetup startIfAsked(Map<String, String> options, File workDir, File confDir)
       throws Exception {
-    if (!options.containsKey("--kerberos")) {
+    if (!asked(options)) {
       return null;
     }
     List<String> students = new ArrayList<>();

@@ -19,14 +19,16 @@ import org.apache.hadoop.hdfs.HdfsConfiguration;
 import org.apache.hadoop.hdfs.MiniDFSCluster;
 import org.apache.hadoop.hdfs.MiniDFSNNTopology;
 import org.apache.hadoop.security.UserGroupInformation;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.server.MiniYARNCluster;
 
 /**
- * ScaleLab's test cluster: HDFS (a namenode, or an HA pair, and a datanode) on 127.0.0.1, in
- * this JVM.
+ * ScaleLab's test cluster: HDFS (a namenode, or an HA pair, and a datanode) and, with
+ * {@code --yarn N}, YARN (a ResourceManager and N NodeManagers) on 127.0.0.1, in this JVM.
  *
  * <pre>
  * java -Xmx512m -cp scalelab-testcluster.jar:lib/* org.scalelab.testcluster.TestCluster \
- *     --base-dir DIR --conf-dir DIR [--superuser-group NAME] [--ha NAMESERVICE] \
+ *     --base-dir DIR --conf-dir DIR [--superuser-group NAME] [--ha NAMESERVICE] [--yarn N] \
  *     [--kerberos [--students NAME,...] [--hub-principal NAME]]
  * </pre>
  *
@@ -37,21 +39,28 @@ import org.apache.hadoop.security.UserGroupInformation;
  * (default {@code supergroup}) are superusers too. Any other user name a client sends
  * ({@code HADOOP_USER_NAME}, WebHDFS's {@code user.name}) is that user, as on a real cluster with
  * simple authentication. With {@code --ha NAMESERVICE}: two namenodes, {@code nn1} (active) and
- * {@code nn2} (standby), sharing their edits, behind the nameservice. With {@code --kerberos}:
- * a KDC in this JVM and a secure HDFS, see {@link SecureSetup} ({@code krb5.conf} and the
- * keytabs are written into {@code --conf-dir} too).
+ * {@code nn2} (standby), sharing their edits, behind the nameservice. With {@code --yarn N}
+ * (1 to 8): Hadoop's MiniYARNCluster, whose NodeManagers run each container as a real process
+ * and kill one that uses more physical memory than it was given (see {@link #startYarn}). With
+ * {@code --kerberos}: a KDC in this JVM and a secure HDFS, see {@link SecureSetup} ({@code
+ * krb5.conf} and the keytabs are written into {@code --conf-dir} too); not with {@code --yarn}.
  *
  * <p>Once the cluster is up, the client configuration ({@code core-site.xml}: {@code
  * fs.defaultFS} is {@code hdfs://127.0.0.1:<rpc port>}, or {@code hdfs://NAMESERVICE};
- * {@code hdfs-site.xml}) is written into {@code --conf-dir}, for {@code HADOOP_CONF_DIR}, and ONE
- * line of JSON goes to stdout ({@code nameservice} null without {@code --ha}; the ports at the
- * top are the active namenode's):
+ * {@code hdfs-site.xml}; {@code yarn-site.xml} with YARN: the ResourceManager's addresses) is
+ * written into {@code --conf-dir}, for {@code HADOOP_CONF_DIR} (and {@code YARN_CONF_DIR}), and
+ * ONE line of JSON goes to stdout ({@code nameservice} null without {@code --ha}, {@code yarn}
+ * null without {@code --yarn}; the ports at the top are the active namenode's):
  *
  * <pre>
  * {"ready": true, "fs_default_fs": "hdfs://127.0.0.1:41234", "namenode_rpc_port": 41234,
  *  "webhdfs_port": 41235, "conf_dir": "<the --conf-dir, absolute>", "superuser": "root",
  *  "nameservice": null, "namenodes": [{"id": "nn1", "rpc_port": 41234, "http_port": 41235}],
- *  "kerberos": null}
+ *  "kerberos": null,
+ *  "yarn": {"resourcemanager": "127.0.0.1:41236", "scheduler": "127.0.0.1:41237",
+ *           "webapp": "127.0.0.1:41238", "web_port": 41238, "nodemanagers": 2,
+ *           "nodemanager_memory_mb": 2560, "nodemanager_vcores": 2,
+ *           "nodemanager_log_dirs": ["...", "..."]}}
  * </pre>
  *
  * <p>({@code "kerberos"} with {@code --kerberos}: {@code {"realm": "SCALELAB.TEST", "kdc_port":
@@ -69,9 +78,10 @@ public final class TestCluster {
 
   private static final String USAGE =
       "usage: TestCluster --base-dir DIR --conf-dir DIR [--superuser-group NAME]"
-          + " [--ha NAMESERVICE] [--kerberos [--students NAME,...] [--hub-principal NAME]]";
+          + " [--ha NAMESERVICE] [--yarn NODEMANAGERS]"
+          + " [--kerberos [--students NAME,...] [--hub-principal NAME]]";
   private static final List<String> OPTIONS =
-      List.of("--base-dir", "--conf-dir", "--superuser-group", "--ha");
+      List.of("--base-dir", "--conf-dir", "--superuser-group", "--ha", "--yarn");
 
   private TestCluster() {}
 
@@ -83,7 +93,9 @@ public final class TestCluster {
     Map<String, String> secureOptions = new LinkedHashMap<>();
     String[] rest = SecureSetup.takeOptions(args, secureOptions);
     Map<String, String> options = rest == null ? null : parseArguments(rest);
-    if (options == null) {
+    int nodeManagers = options == null ? 0 : nodeManagers(options.get("--yarn"));
+    boolean kerberosWithYarn = nodeManagers > 0 && SecureSetup.asked(secureOptions);
+    if (options == null || nodeManagers < 0 || kerberosWithYarn) {
       System.err.println(USAGE);
       System.exit(2);
     }
@@ -94,6 +106,7 @@ public final class TestCluster {
     SecureSetup secure; // with --kerberos: the KDC, started before anything asks for a user
     MiniDFSCluster cluster;
     String superuser;
+    MiniYARNCluster yarn = null;
     try {
       secure = SecureSetup.startIfAsked(secureOptions, baseDir, confDir);
       superuser = secure != null
@@ -105,8 +118,26 @@ public final class TestCluster {
       System.exit(1);
       return;
     }
-    Runtime.getRuntime().addShutdownHook(
-        new Thread(() -> stop(cluster, secure), "testcluster-stop"));
+    if (nodeManagers > 0) {
+      try {
+        yarn = startYarn(cluster.getConfiguration(0), baseDir, nodeManagers);
+      } catch (IOException | RuntimeException | LinkageError e) {
+        System.err.println("the test cluster's YARN failed to start:");
+        e.printStackTrace();
+        stop(cluster, secure);
+        System.exit(1);
+        return;
+      }
+    }
+    MiniYARNCluster startedYarn = yarn;
+    Runtime.getRuntime()
+        .addShutdownHook(
+            new Thread(
+                () -> {
+                  stopYarn(startedYarn);
+                  stop(cluster, secure);
+                },
+                "testcluster-stop"));
 
     List<String> ids = nameservice == null ? List.of("nn1") : List.of("nn1", "nn2");
     List<String> namenodes = new ArrayList<>();
@@ -121,6 +152,9 @@ public final class TestCluster {
             : "hdfs://" + nameservice;
     writeClientConf(
         cluster, confDir, defaultFs, nameservice, ids, superuser, superuserGroup, secure);
+    if (yarn != null) {
+      writeYarnConf(yarn, confDir);
+    }
 
     out.println(
         "{\"ready\": true, \"fs_default_fs\": " + quote(defaultFs)
@@ -130,10 +164,12 @@ public final class TestCluster {
             + ", \"superuser\": " + quote(superuser)
             + ", \"nameservice\": " + (nameservice == null ? "null" : quote(nameservice))
             + ", \"namenodes\": [" + String.join(", ", namenodes) + "]"
-            + ", \"kerberos\": " + (secure == null ? "null" : secure.readyJson()) + "}");
+            + ", \"kerberos\": " + (secure == null ? "null" : secure.readyJson())
+            + ", \"yarn\": " + yarnReady(yarn, nodeManagers) + "}");
     out.flush();
 
     serveCommands(cluster, ids, out);
+    stopYarn(yarn);
     stop(cluster, secure);
     System.exit(0);
   }
@@ -288,6 +324,165 @@ public final class TestCluster {
       secure.stop();
     }
   }
+
+  // -- YARN: a ResourceManager and NodeManagers (--yarn N) ----------------------------------------
+
+  /** Memory each NodeManager offers to containers (MB): 2.5 GiB, so a container over its limit
+   * is killed long before the machine runs short. */
+  static final int NODEMANAGER_MEMORY_MB = 2560;
+  /** Virtual cores each NodeManager offers. */
+  static final int NODEMANAGER_VCORES = 2;
+  /** The smallest container (MB); requests are rounded up to a multiple of it. */
+  static final int MIN_ALLOCATION_MB = 128;
+  /** How often a NodeManager measures its containers' memory (ms). */
+  static final int MONITOR_INTERVAL_MS = 1000;
+
+  /** The number of NodeManagers of {@code --yarn}: 0 when absent, -1 when not a number from 1
+   * to 8. */
+  static int nodeManagers(String value) {
+    if (value == null) {
+      return 0;
+    }
+    try {
+      int n = Integer.parseInt(value);
+      return n >= 1 && n <= 8 ? n : -1;
+    } catch (NumberFormatException e) {
+      return -1;
+    }
+  }
+
+  /**
+   * Start Hadoop's MiniYARNCluster in this JVM: one ResourceManager on 127.0.0.1 (every port
+   * chosen free) and {@code nodeManagers} NodeManagers ({@code localhost}, as MiniYARNCluster
+   * names them), each offering {@link #NODEMANAGER_MEMORY_MB} MB and {@link #NODEMANAGER_VCORES}
+   * vcores. Containers are real processes (DefaultContainerExecutor, as the JVM's user); the
+   * physical-memory check is on, so a container whose processes use more than it was given is
+   * killed ("running beyond the 'PHYSICAL' memory limit", exit code 143 or 137); the
+   * virtual-memory check is off (a JVM reserves far more than it uses). Its local and log
+   * folders are under {@code <baseDir>/yarn}; {@code hdfsConf} (the HDFS cluster's) lets
+   * NodeManagers fetch an application's files from HDFS.
+   */
+  private static MiniYARNCluster startYarn(Configuration hdfsConf, File baseDir, int nodeManagers)
+      throws IOException {
+    // MiniYARNCluster puts its folders under GenericTestUtils.getTestDir(), i.e. this property.
+    File yarnDir = new File(baseDir, "yarn");
+    System.setProperty("test.build.data", yarnDir.getPath());
+    YarnConfiguration conf = new YarnConfiguration(hdfsConf);
+    // Our own addresses (loopback, free ports), not MiniYARNCluster's "localhost:0".
+    conf.setBoolean(YarnConfiguration.YARN_MINICLUSTER_FIXED_PORTS, true);
+    for (String key : RM_ADDRESS_KEYS) {
+      conf.set(key, "127.0.0.1:0");
+    }
+    conf.setInt(YarnConfiguration.YARN_MINICLUSTER_NM_PMEM_MB, NODEMANAGER_MEMORY_MB);
+    conf.setInt(YarnConfiguration.NM_VCORES, NODEMANAGER_VCORES);
+    conf.setInt(YarnConfiguration.RM_SCHEDULER_MINIMUM_ALLOCATION_MB, MIN_ALLOCATION_MB);
+    conf.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_MB, NODEMANAGER_MEMORY_MB);
+    conf.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_VCORES, NODEMANAGER_VCORES);
+    // The scheduler's queue: src/main/resources/capacity-scheduler.xml, on the classpath.
+
+    // The memory check, as on a course cluster: MiniYARNCluster turns monitoring off unless told.
+    conf.setBoolean(YarnConfiguration.YARN_MINICLUSTER_CONTROL_RESOURCE_MONITORING, true);
+    conf.setBoolean(YarnConfiguration.NM_CONTAINER_MONITOR_ENABLED, true);
+    conf.setBoolean(YarnConfiguration.NM_PMEM_CHECK_ENABLED, true);
+    conf.setBoolean(YarnConfiguration.NM_VMEM_CHECK_ENABLED, false);
+    conf.setLong(YarnConfiguration.NM_CONTAINER_MON_INTERVAL_MS, MONITOR_INTERVAL_MS);
+    // No cgroups here: the monitor's polling enforces the limit (with "strict" enforcement on,
+    // the NodeManager leaves it to the cgroup's OOM killer and never kills).
+    conf.setBoolean(YarnConfiguration.NM_MEMORY_RESOURCE_ENFORCED, false);
+    // A busy shared disk must not make the NodeManagers unhealthy (the default limit is 90 %).
+    conf.setFloat(YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE, 99.0f);
+    // Containers start the JVM as $JAVA_HOME/bin/java: this JVM's, when the environment has none.
+    if (System.getenv("JAVA_HOME") == null) {
+      conf.set(YarnConfiguration.NM_ADMIN_USER_ENV, "JAVA_HOME=" + System.getProperty("java.home"));
+    }
+    // Few threads: one JVM on a small machine (Hadoop's defaults are sized for a server).
+    conf.setInt(YarnConfiguration.RM_CLIENT_THREAD_COUNT, 4);
+    conf.setInt(YarnConfiguration.RM_SCHEDULER_CLIENT_THREAD_COUNT, 4);
+    conf.setInt(YarnConfiguration.RM_RESOURCE_TRACKER_CLIENT_THREAD_COUNT, 2);
+    conf.setInt(YarnConfiguration.RM_ADMIN_CLIENT_THREAD_COUNT, 1);
+    conf.setInt(YarnConfiguration.NM_CONTAINER_MGR_THREAD_COUNT, 4);
+    conf.setInt(YarnConfiguration.NM_LOCALIZER_CLIENT_THREAD_COUNT, 2);
+    conf.setInt(YarnConfiguration.NM_LOCALIZER_FETCH_THREAD_COUNT, 2);
+
+    MiniYARNCluster yarn = new MiniYARNCluster("scalelab", 1, nodeManagers, 1, 1);
+    yarn.init(conf);
+    yarn.start();
+    try {
+      if (!yarn.waitForNodeManagersToConnect(60_000)) {
+        throw new IOException(nodeManagers + " NodeManagers did not register within 60 s");
+      }
+    } catch (InterruptedException | org.apache.hadoop.yarn.exceptions.YarnException e) {
+      throw new IOException("waiting for the NodeManagers: " + e, e);
+    }
+    return yarn;
+  }
+
+  /** The ResourceManager's addresses a client needs, as MiniYARNCluster's configuration has them
+   * once started (the ports it bound). */
+  private static final List<String> RM_ADDRESS_KEYS =
+      List.of(
+          YarnConfiguration.RM_ADDRESS,
+          YarnConfiguration.RM_SCHEDULER_ADDRESS,
+          YarnConfiguration.RM_RESOURCE_TRACKER_ADDRESS,
+          YarnConfiguration.RM_ADMIN_ADDRESS,
+          YarnConfiguration.RM_WEBAPP_ADDRESS);
+
+  /** {@code yarn-site.xml} in {@code confDir}: the ResourceManager's addresses (RPC, scheduler,
+   * resource tracker, admin, web), and the memory settings a client may read. */
+  private static void writeYarnConf(MiniYARNCluster yarn, File confDir) throws IOException {
+    Configuration started = yarn.getConfig();
+    Configuration site = new Configuration(false);
+    for (String key : RM_ADDRESS_KEYS) {
+      site.set(key, loopback(started, key));
+    }
+    site.set("yarn.resourcemanager.hostname", "127.0.0.1");
+    site.setInt(YarnConfiguration.RM_SCHEDULER_MINIMUM_ALLOCATION_MB, MIN_ALLOCATION_MB);
+    site.setInt(YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_MB, NODEMANAGER_MEMORY_MB);
+    site.setBoolean(YarnConfiguration.NM_PMEM_CHECK_ENABLED, true);
+    site.setBoolean(YarnConfiguration.NM_VMEM_CHECK_ENABLED, false);
+    write(site, new File(confDir, "yarn-site.xml"));
+  }
+
+  /** {@code 127.0.0.1:<port>} of a ResourceManager address the started cluster's configuration
+   * has (the ResourceManager writes the port it bound there, as {@code localhost:<port>}). */
+  private static String loopback(Configuration started, String key) {
+    String address = started.get(key, "");
+    String port = address.substring(address.lastIndexOf(':') + 1);
+    if (port.isEmpty() || port.equals("0") || !port.chars().allMatch(Character::isDigit)) {
+      throw new IllegalStateException("the ResourceManager has no bound address for " + key);
+    }
+    return "127.0.0.1:" + port;
+  }
+
+  /** The ready line's {@code "yarn"}: null without YARN, else the ResourceManager's addresses,
+   * its web port and the NodeManagers' count, memory, vcores and log folders. */
+  private static String yarnReady(MiniYARNCluster yarn, int nodeManagerCount) {
+    if (yarn == null) {
+      return "null";
+    }
+    Configuration conf = yarn.getConfig();
+    String web = loopback(conf, YarnConfiguration.RM_WEBAPP_ADDRESS);
+    List<String> logDirs = new ArrayList<>();
+    for (int i = 0; i < nodeManagerCount; i++) {
+      logDirs.add(quote(yarn.getNodeManager(i).getConfig().get(YarnConfiguration.NM_LOG_DIRS)));
+    }
+    return "{\"resourcemanager\": " + quote(loopback(conf, YarnConfiguration.RM_ADDRESS))
+        + ", \"scheduler\": " + quote(loopback(conf, YarnConfiguration.RM_SCHEDULER_ADDRESS))
+        + ", \"webapp\": " + quote(web)
+        + ", \"web_port\": " + web.substring(web.lastIndexOf(':') + 1)
+        + ", \"nodemanagers\": " + nodeManagerCount
+        + ", \"nodemanager_memory_mb\": " + NODEMANAGER_MEMORY_MB
+        + ", \"nodemanager_vcores\": " + NODEMANAGER_VCORES
+        + ", \"nodemanager_log_dirs\": [" + String.join(", ", logDirs) + "]}";
+  }
+
+  private static synchronized void stopYarn(MiniYARNCluster yarn) {
+    if (yarn != null && !yarn.isInState(org.apache.hadoop.service.Service.STATE.STOPPED)) {
+      yarn.stop(); // stops the NodeManagers, which kill their containers
+    }
+  }
+
+  // -- JSON ----------------------------------------------------------------------------------------
 
   private static String quote(String text) {
     StringBuilder out = new StringBuilder("\"");

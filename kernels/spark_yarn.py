@@ -1,0 +1,121 @@
+"""Spark on YARN from the PySpark kernel: client mode, Spark's own files local to the NodeManagers.
+
+With ``spark.master = yarn`` (``c.ScaleLabSpawner.spark_master = "yarn"``) the kernel's driver
+runs in the student's server (client mode: the notebook holds the driver) and its executors in
+YARN containers. Spark finds the ResourceManager in ``yarn-site.xml`` of ``HADOOP_CONF_DIR`` or
+``YARN_CONF_DIR`` (``c.ScaleLabSpawner.hadoop_conf_dir`` sets both).
+
+Without more, Spark would upload its ~400 MB of jars and PySpark's archives to the application's
+staging folder in HDFS at every session start. ScaleLab points Spark at the copies already on
+each NodeManager instead (``local:`` URIs, read where the container runs): the jars with
+``spark.yarn.jars = local:<SPARK_HOME>/jars/*``, PySpark itself with ``PYSPARK_ARCHIVES_PATH =
+local:<SPARK_HOME>/python/lib/pyspark.zip,local:<...>/py4j-<version>-src.zip``, and the
+executors' Python with ``PYSPARK_PYTHON`` (the kernel's own interpreter). So every NodeManager
+must have the same Python environment at the same path as the students' servers (a shared
+install, or the NodeManagers on the servers' machines, as on the test cluster); where it has
+not, ops set ``spark.yarn.jars`` (or ``spark.yarn.archive``) to an ``hdfs://`` copy in
+``c.ScaleLabSpawner.spark_conf`` and ``PYSPARK_ARCHIVES_PATH`` in the servers' environment:
+what ops set wins.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from pathlib import Path
+
+#: ``spark.master`` of Spark on YARN.
+YARN_MASTER = "yarn"
+#: Where Spark finds the cluster's configuration (either will do; Spark reads both).
+CONF_DIR_VARIABLES = ("HADOOP_CONF_DIR", "YARN_CONF_DIR")
+
+
+def is_yarn(master: str) -> bool:
+    """Whether ``spark.master`` is YARN."""
+    return master.strip().lower() == YARN_MASTER
+
+
+def spark_home(environ: Mapping[str, str]) -> Path:
+    """The Spark installation the kernel's PySpark runs: ``SPARK_HOME``, else the ``pyspark``
+    package's folder (pip's PySpark carries its jars there), found without importing it.
+
+    Raises
+    ------
+    FileNotFoundError
+        Neither is there.
+    """
+    if environ.get("SPARK_HOME"):
+        return Path(environ["SPARK_HOME"])
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError("no SPARK_HOME and no pyspark package: pip install pyspark")
+    return Path(spec.origin).parent
+
+
+def yarn_conf(home: Path) -> dict[str, str]:
+    """Spark settings ScaleLab adds for YARN (pure): client mode, and Spark's jars taken from
+    ``<home>/jars`` on each NodeManager instead of uploaded (``spark.yarn.jars``)."""
+    return {
+        "spark.submit.deployMode": "client",
+        "spark.yarn.jars": f"local:{home}/jars/*",
+    }
+
+
+def pyspark_archives(home: Path) -> str:
+    """``PYSPARK_ARCHIVES_PATH`` for PySpark's own archives on each NodeManager (``local:``
+    URIs of ``<home>/python/lib/pyspark.zip`` and its ``py4j-*-src.zip``), so that they are
+    not uploaded either.
+
+    Raises
+    ------
+    FileNotFoundError
+        The archives are not in ``<home>/python/lib``.
+    """
+    lib = home / "python" / "lib"
+    archives = [lib / "pyspark.zip", *sorted(lib.glob("py4j-*-src.zip"))[-1:]]
+    missing = [str(path) for path in archives if not path.is_file()]
+    if missing or len(archives) < 2:
+        raise FileNotFoundError(
+            f"PySpark's archives for YARN are not in {lib} (pyspark.zip and py4j-*-src.zip): "
+            "set SPARK_HOME to a full Spark installation, or PYSPARK_ARCHIVES_PATH"
+        )
+    return ",".join(f"local:{path}" for path in archives)
+
+
+def yarn_environment(environ: Mapping[str, str], home: Path, python: str) -> dict[str, str]:
+    """Environment variables the driver needs for YARN that ``environ`` lacks (what ops set
+    wins): ``PYSPARK_ARCHIVES_PATH`` (:func:`pyspark_archives`) and ``PYSPARK_PYTHON``
+    (``python``, the executors' interpreter).
+
+    Raises
+    ------
+    FileNotFoundError
+        No PySpark archives to point at (see :func:`pyspark_archives`).
+    """
+    env: dict[str, str] = {}
+    if not environ.get("PYSPARK_ARCHIVES_PATH"):
+        env["PYSPARK_ARCHIVES_PATH"] = pyspark_archives(home)
+    if not environ.get("PYSPARK_PYTHON"):
+        env["PYSPARK_PYTHON"] = python
+    return env
+
+
+def missing_conf_dir(environ: Mapping[str, str]) -> str | None:
+    """Why Spark cannot find the YARN cluster from ``environ``, with the fix; None when
+    ``HADOOP_CONF_DIR`` or ``YARN_CONF_DIR`` names a folder holding ``yarn-site.xml``."""
+    given = [(name, environ[name]) for name in CONF_DIR_VARIABLES if environ.get(name)]
+    if not given:
+        return (
+            "spark.master is yarn, but neither HADOOP_CONF_DIR nor YARN_CONF_DIR is set, so "
+            "Spark cannot find the ResourceManager: ops set c.ScaleLabSpawner.hadoop_conf_dir "
+            "to the cluster's client configuration folder (with yarn-site.xml), then restart "
+            "your server"
+        )
+    if not any((Path(folder) / "yarn-site.xml").is_file() for _name, folder in given):
+        where = ", ".join(f"{name}={folder}" for name, folder in given)
+        return (
+            f"spark.master is yarn, but there is no yarn-site.xml in {where}, so Spark cannot "
+            "find the ResourceManager: ops point c.ScaleLabSpawner.hadoop_conf_dir at the "
+            "cluster's client configuration folder, then restart your server"
+        )
+    return None
