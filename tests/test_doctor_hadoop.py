@@ -178,3 +178,50 @@ def test_scalelab_doctor_reports_the_namenode_of_an_hdfs_store(
     )
     assert line in out, out + result.stderr
     assert f"Course store: {store} is reachable" in out
+
+
+@pytest.mark.hadoop
+@pytest.mark.integration
+def test_scalelab_doctor_checks_yarn_through_the_spawners_hadoop_conf_dir(
+    hdfs_cluster: HadoopTestCluster, tmp_path: Path
+):
+    """Ops' YARN config (spark_master and hadoop_conf_dir, no HADOOP_CONF_DIR in the doctor's
+    own environment): the ResourceManager of the test cluster is checked and found."""
+    assert hdfs_cluster.yarn is not None
+    config = tmp_path / "hub.py"
+    config.write_text(
+        'c.ScaleLabSpawner.spark_master = "yarn"\n'
+        f"c.ScaleLabSpawner.hadoop_conf_dir = {str(hdfs_cluster.conf_dir)!r}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("HADOOP_CONF_DIR", "YARN_CONF_DIR")}
+    argv = [sys.executable, "-m", "scalelab", "doctor", "--state-dir", str(tmp_path / "state")]
+    result = subprocess.run(
+        [*argv, "--port", str(free_port()), "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
+    )
+    web = hdfs_cluster.yarn["webapp"]
+    line = f"[ ok ] YARN ResourceManager: {web}: 2 NodeManager(s), 5120 MB and 4 vcores in all"
+    assert line in result.stdout, result.stdout + result.stderr
+
+
+def test_the_spawners_hadoop_conf_dir_is_the_clusters_environment():
+    from scalelab.commands.doctor import DoctorSettings, cluster_env
+
+    s = DoctorSettings(
+        state_dir="/s", ip="127.0.0.1", port=8000, store_url="file:///s", store_options={},
+        home_root="", spark_master="yarn", db_url="", declared_gpus=[], exclude_gpus=[],
+        hadoop_conf_dir="/etc/hadoop/conf",
+    )  # fmt: skip
+    env = cluster_env({"HADOOP_CONF_DIR": "/elsewhere", "PATH": "/bin"}, s)
+    assert env == {
+        "HADOOP_CONF_DIR": "/etc/hadoop/conf",
+        "YARN_CONF_DIR": "/etc/hadoop/conf",
+        "PATH": "/bin",
+    }
+    unset = DoctorSettings(**{**s.__dict__, "hadoop_conf_dir": ""})
+    elsewhere = {"HADOOP_CONF_DIR": "/elsewhere"}
+    assert cluster_env(elsewhere, unset) == elsewhere

@@ -141,6 +141,25 @@ def test_a_cluster_that_cannot_start_fails_with_the_jvms_own_words(tmp_path: Pat
 
 @pytest.mark.usefixtures("as_superuser")
 @pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_store_at_the_namenodes_root_lists_and_opens(course: Course, protocol: str):
+    """A course store at ``hdfs://namenode:8020/``: fsspec's DirFileSystem at ``/`` asserted
+    that ``/x`` starts with ``//`` on every listing of a non-empty folder."""
+    root = course.url(protocol).rsplit("/", 1)[0] + "/"
+    store = open_store(root, _ops_options(course.cluster, protocol))
+    course_folder = course.url(protocol).rsplit("/", 1)[1]
+    assert course_folder in store.ls("", detail=False)
+    assert course_folder in store.ls("/", detail=False)
+    folder = f"root-{protocol}-{uuid.uuid4().hex[:6]}"
+    store.pipe_file(f"{folder}/a.txt", b"a")
+    assert store.ls(folder, detail=False) == [f"{folder}/a.txt"]
+    assert store.find(folder) == [f"{folder}/a.txt"]
+    assert store.cat_file(f"{folder}/a.txt") == b"a"
+    store.rm(folder, recursive=True)
+    assert folder not in store.ls("", detail=False)
+
+
+@pytest.mark.usefixtures("as_superuser")
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_the_store_round_trips_through_each_protocol(course: Course, protocol: str):
     """Ops' view of the store (``open_store``): write, read, list, rename, remove."""
     url = course.url(protocol)

@@ -640,6 +640,7 @@ class DoctorSettings:
     declared_gpus: list
     exclude_gpus: list
     ports: tuple[HubPort, ...] = ()
+    hadoop_conf_dir: str = ""
 
 
 def _get(section: Any, key: str, default: Any) -> Any:
@@ -707,6 +708,7 @@ def load_settings(
         declared_gpus=list(_get(spawner, "declared_gpus", [])),
         exclude_gpus=list(_get(spawner, "exclude_gpus", [])),
         ports=hub_ports(c, operator, config_file),
+        hadoop_conf_dir=_get(spawner, "hadoop_conf_dir", ""),
     )
 
 
@@ -798,6 +800,14 @@ def hub_pids(state_dir: Path) -> set[int]:
         return set()
 
 
+def cluster_env(env: Mapping[str, str], s: DoctorSettings) -> dict[str, str]:
+    """``env`` as the servers' Hadoop clients see it: ``HADOOP_CONF_DIR`` and ``YARN_CONF_DIR``
+    are ``c.ScaleLabSpawner.hadoop_conf_dir`` where it is set (as the spawner sets them)."""
+    if not s.hadoop_conf_dir:
+        return dict(env)
+    return {**env, "HADOOP_CONF_DIR": s.hadoop_conf_dir, "YARN_CONF_DIR": s.hadoop_conf_dir}
+
+
 def run_checks(s: DoctorSettings, env: Mapping[str, str] | None = None) -> list[Check]:
     """Every check, in order, on ``s`` with the servers' environment ``env``; each looks and
     none creates or changes a file. Never raises for a broken host."""
@@ -813,7 +823,7 @@ def run_checks(s: DoctorSettings, env: Mapping[str, str] | None = None) -> list[
         check_java(env),
         check_spark(env, s.spark_master),
         check_store(s.store_url, s.store_options),
-        *hadoop_checks(s.store_url, s.store_options, s.spark_master, env),
+        *hadoop_checks(s.store_url, s.store_options, s.spark_master, cluster_env(env, s)),
         check_homes(s.home_root),
         check_gpus(s.declared_gpus, s.exclude_gpus),
         check_proxy(proxy),

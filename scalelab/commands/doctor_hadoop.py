@@ -257,8 +257,8 @@ def check_resourcemanager(
         return Check(
             name, FAIL, f"spark_master is yarn, but the servers' Hadoop configuration names no "
             f"ResourceManager ({where})",
-            "Set HADOOP_CONF_DIR for the servers (c.Spawner.environment) to a folder whose "
-            "yarn-site.xml sets yarn.resourcemanager.hostname (or .address and .webapp.address).",
+            "Set c.ScaleLabSpawner.hadoop_conf_dir to the folder whose yarn-site.xml sets "
+            "yarn.resourcemanager.hostname (or .address and .webapp.address).",
         )  # fmt: skip
     fix = (
         f"Start the ResourceManager and NodeManagers (yarn --daemon start resourcemanager) or "

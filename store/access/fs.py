@@ -93,13 +93,29 @@ class StoreFileSystem(DirFileSystem):
     system sees it, so ``cp("a.txt", "new/")`` made a file named ``new`` and
     ``get("dir/", "out/", recursive=True)`` made ``out/dir/`` (fsspec issue #1851). Here the
     wrapped file system gets ``<root>/new/`` and does what it does for its own paths.
+
+    A store at its file system's root (``hdfs://namenode:8020/``) works too: ``DirFileSystem``
+    joins ``"/" + "/" + "x"`` and, listing, asserts that ``/x`` starts with ``//``
+    (``AssertionError`` from every ``ls`` of a non-empty folder); here the root's paths are
+    ``/x`` both ways.
     """
 
+    def _at_root(self) -> bool:
+        return self.path == self.fs.sep
+
     def _join(self, path: Any) -> Any:
-        joined = super()._join(path)  # lists and dicts come back through here, one path each
+        if isinstance(path, str) and path and self._at_root():
+            joined = self.fs.sep + self._strip_protocol(path).lstrip(self.fs.sep)
+        else:
+            joined = super()._join(path)  # lists and dicts come back here, one path each
         if isinstance(path, str) and path.endswith("/") and not joined.endswith(self.fs.sep):
             return joined + self.fs.sep
         return joined
+
+    def _relpath(self, path: Any) -> Any:
+        if isinstance(path, str) and self._at_root():
+            return path.lstrip(self.fs.sep)
+        return super()._relpath(path)  # lists come back here, one path each
 
 
 def open_store(
