@@ -246,7 +246,8 @@ def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, 
     )
     if spark_yarn.is_yarn(conf["spark.master"]):
         try:
-            conf.update(spark_yarn.yarn_conf(spark_yarn.spark_home(environ)))
+            home = spark_yarn.spark_home(environ)
+            conf.update(spark_yarn.yarn_conf(home, spark_yarn.staging_dir(environ)))
         except FileNotFoundError as exc:
             raise SparkStartError(f"Spark on YARN: {exc}") from exc
     conf.update(ops_conf(environ))

@@ -16,6 +16,13 @@ install, or the NodeManagers on the servers' machines, as on the test cluster); 
 not, ops set ``spark.yarn.jars`` (or ``spark.yarn.archive``) to an ``hdfs://`` copy in
 ``c.ScaleLabSpawner.spark_conf`` and ``PYSPARK_ARCHIVES_PATH`` in the servers' environment:
 what ops set wins.
+
+Spark stages each application's files (its configuration, here nothing more) in
+``<spark.yarn.stagingDir>/<user>/.sparkStaging/<application>``, by default under the user's
+Hadoop home ``/user/<user>``, which a course cluster may not have made for every student. With
+the course store on HDFS, ScaleLab stages in the student's own home of the store instead
+(``spark.yarn.stagingDir = <store>/home``: ``<store>/home/<user>/.sparkStaging``), which the hub
+made, owned by the student; ops' ``spark.yarn.stagingDir`` wins.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
+
+from scalelab import envvars
 
 #: ``spark.master`` of Spark on YARN.
 YARN_MASTER = "yarn"
@@ -52,13 +61,31 @@ def spark_home(environ: Mapping[str, str]) -> Path:
     return Path(spec.origin).parent
 
 
-def yarn_conf(home: Path) -> dict[str, str]:
-    """Spark settings ScaleLab adds for YARN (pure): client mode, and Spark's jars taken from
-    ``<home>/jars`` on each NodeManager instead of uploaded (``spark.yarn.jars``)."""
-    return {
+def yarn_conf(home: Path, staging_dir: str | None = None) -> dict[str, str]:
+    """Spark settings ScaleLab adds for YARN (pure): client mode, Spark's jars taken from
+    ``<home>/jars`` on each NodeManager instead of uploaded (``spark.yarn.jars``), and
+    ``spark.yarn.stagingDir`` when ``staging_dir`` is given (see :func:`staging_dir`)."""
+    conf = {
         "spark.submit.deployMode": "client",
         "spark.yarn.jars": f"local:{home}/jars/*",
     }
+    if staging_dir:
+        conf["spark.yarn.stagingDir"] = staging_dir
+    return conf
+
+
+def staging_dir(environ: Mapping[str, str]) -> str | None:
+    """``<store>/home`` where the course store (``SCALELAB_STORE_URL``) is on HDFS and the
+    student's Hadoop user (``HADOOP_USER_NAME``, else ``JUPYTERHUB_USER``) is their hub name, so
+    that Spark stages in ``<store>/home/<user>/.sparkStaging``, the student's own folder (pure).
+    None otherwise: Spark's default, the user's Hadoop home."""
+    store = environ.get(envvars.STORE_URL, "")
+    user = environ.get("JUPYTERHUB_USER", "")
+    if not store.startswith("hdfs://") or not user:
+        return None
+    if environ.get("HADOOP_USER_NAME", user) != user:
+        return None
+    return store.rstrip("/") + "/home"
 
 
 def pyspark_archives(home: Path) -> str:

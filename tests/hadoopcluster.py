@@ -77,6 +77,19 @@ class ClusterStartError(AssertionError):
     """The test cluster was built but did not start: the message has the JVM's last lines."""
 
 
+#: What ops would set for the course's YARN queue (``c.ScaleLabSpawner.spark_conf``), sized for
+#: the test cluster: two executors of one core and a 512 MiB heap (containers of 512 + 384 MiB
+#: overhead = 896 MiB), a small application master; a task is not retried, so an executor that
+#: YARN kills fails its job at once (on a course cluster Spark would try 3 more executors).
+YARN_SPARK_CONF = {
+    "spark.executor.instances": "2",
+    "spark.executor.cores": "1",
+    "spark.executor.memory": "512m",
+    "spark.yarn.am.memory": "384m",
+    "spark.task.maxFailures": "1",
+}
+
+
 class HadoopTestCluster:
     """The test cluster's JVM, in a child process.
 

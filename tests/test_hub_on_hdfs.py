@@ -6,9 +6,12 @@ the HDFS superuser (the user running the tests and the cluster), and a ``--confi
 server is its student on HDFS). Then, with one real ``scalelab up``: the hub makes alice's home
 on HDFS at her first start (owned by her, mode 0700); the Course store drive shows and saves
 through the real server's contents API, HDFS's permissions refusing ``datasets/``; her PySpark
-kernel, started through her server, reads a data set and writes into her home with Spark's own
-Hadoop client (as ``alice``); and Lab 1 runs unchanged in her server's environment, only the
-store URL differing from the local-store run of ``tests/test_labs.py``.
+kernel, started through her server, runs on the cluster's YARN (``--config`` sets
+``spark_master = "yarn"``, ``hadoop_conf_dir`` and executors' sizes in ``spark_conf``), reads a
+data set and writes into her home with Spark's own Hadoop client (as ``alice``, her application
+staged in her home of the store); and Lab 1 runs unchanged in her server's environment, its
+cross-validation in YARN's executors, only the store URL and the master differing from the
+local run of ``tests/test_labs.py``.
 
 One hub for the module, on the session's test cluster (``hdfs_cluster``).
 """
@@ -18,16 +21,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from scalelab.store import DATASETS, open_store
 from scalelab.store.datasets.fetch import fetch_dataset
 from tests.conftest import REPO
-from tests.hadoopcluster import HadoopTestCluster
+from tests.hadoopcluster import YARN_SPARK_CONF, HadoopTestCluster
 from tests.hubproc import ScaleLabUp, execute, running, server_environ
 from tests.labrun import run_lab
 
@@ -35,7 +40,9 @@ pytestmark = [pytest.mark.hadoop, pytest.mark.integration]
 
 CONFIG = """
 c.ScaleLabSpawner.store_identity_class = "scalelab.spawner.store_identity.HDFSUserIdentity"
-c.ScaleLabSpawner.environment = {{"HADOOP_CONF_DIR": {conf_dir!r}}}
+c.ScaleLabSpawner.spark_master = "yarn"
+c.ScaleLabSpawner.hadoop_conf_dir = {conf_dir!r}
+c.ScaleLabSpawner.spark_conf = {spark_conf!r}
 """
 
 
@@ -54,11 +61,21 @@ def hub(
     tmp_path_factory: pytest.TempPathFactory, hdfs_cluster: HadoopTestCluster, course_root: str
 ) -> Iterator[ScaleLabUp]:
     state = tmp_path_factory.mktemp("hub-on-hdfs") / "state"
-    up = ScaleLabUp(state, extra_config=CONFIG.format(conf_dir=str(hdfs_cluster.conf_dir)))
+    config = CONFIG.format(conf_dir=str(hdfs_cluster.conf_dir), spark_conf=YARN_SPARK_CONF)
+    up = ScaleLabUp(state, extra_config=config)
     up.argv += ["--store", hdfs_cluster.url(course_root)]
     with running(up):
         up.start_server("alice")
         yield up
+
+
+def _resourcemanager(cluster: HadoopTestCluster, path: str) -> dict:
+    """GET ``/ws/v1/cluster/<path>`` of the test cluster's ResourceManager."""
+    assert cluster.yarn is not None
+    url = f"http://{cluster.yarn['webapp']}/ws/v1/cluster/{path}"
+    answer = requests.get(url, timeout=30, headers={"Accept": "application/json"})
+    answer.raise_for_status()
+    return answer.json()
 
 
 def _contents(hub: ScaleLabUp, path: str, method: str = "GET", **kwargs):
@@ -118,7 +135,8 @@ try:
     songs.limit(1).write.mode("overwrite").text(store_url("datasets/planted"))
 except Exception as exc:
     refusal = type(exc).__name__ + ": " + str(exc).splitlines()[0]
-print(json.dumps({"count": counted, "refusal": refusal}))
+print(json.dumps({"count": counted, "refusal": refusal, "master": sc.master,
+                  "application": sc.applicationId}))
 """
     uncaught = 'songs.limit(1).write.mode("overwrite").text(store_url("datasets/planted"))'
     try:
@@ -129,6 +147,12 @@ print(json.dumps({"count": counted, "refusal": refusal}))
     assert reply["status"] == "ok", reply
     answer = json.loads(reply["stdout"].strip().splitlines()[-1])
     assert answer["count"] == 6724
+    # On the cluster's YARN, as alice, staged in her own home of the store.
+    assert answer["master"] == "yarn", answer
+    app = _resourcemanager(hdfs_cluster, f"apps/{answer['application']}")["app"]
+    assert app["user"] == "alice", app
+    staging = f"{course_root}/home/alice/.sparkStaging"
+    assert hdfs_cluster.webhdfs().info(staging)["owner"] == "alice"
     assert answer["refusal"].startswith("Py4JJavaError"), answer
     # Uncaught, the student reads the namenode's reason and where to write, first.
     assert refused["error"] is not None, refused
@@ -142,20 +166,35 @@ print(json.dumps({"count": counted, "refusal": refusal}))
 
 
 @pytest.mark.lab
-def test_lab1_runs_unchanged_on_the_hdfs_store(
+def test_lab1_runs_unchanged_on_the_hdfs_store_with_its_cross_validation_on_yarn(
     hub: ScaleLabUp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     """Lab 1's reference version, in alice's server's own environment (its store URL on HDFS,
-    ``HADOOP_USER_NAME=alice``), executed by nbclient with the lab's kernelspec."""
+    ``HADOOP_USER_NAME=alice``, Spark on YARN), executed by nbclient with the lab's kernelspec;
+    the driver's log in a folder of the test's own."""
     env = {k: v for k, v in server_environ(hub, "alice").items() if k != "PYTEST_CURRENT_TEST"}
     assert env["SCALELAB_STORE_URL"].startswith("hdfs://")
+    env["SCALELAB_LOG_DIR"] = str(tmp_path / "logs")
     monkeypatch.setenv("JUPYTER_PATH", env["JUPYTER_PATH"])  # the server's kernelspecs
-    results, _nb = run_lab(
+    results, nb = run_lab(
         REPO / "notebooks" / "lab1_millionsong_regression.ipynb",
         workdir=tmp_path,
         env=env,
-        results=("num_points", "rmse_baseline", "rmse_lr", "rmse_tuned"),
+        results=("num_points", "rmse_baseline", "rmse_lr", "rmse_tuned", "gd_rel_error"),
+        timeout_s=900,
     )
     assert results["num_points"] == 6724
+    assert results["gd_rel_error"] < 1e-6
     assert results["rmse_lr"] < results["rmse_baseline"]
     assert results["rmse_tuned"] < results["rmse_baseline"]
+    shown = "".join(out.get("text", "") for cell in nb.cells for out in cell.get("outputs", []))
+    assert "| master yarn" in shown
+    # The work, the cross-validation's fits included, ran in the two executors' containers:
+    # the driver's log (INFO, the scheduler's lines) names the executor of each finished task.
+    [log] = (tmp_path / "logs").glob("spark-driver-*.log")
+    executors = re.findall(
+        r"Finished task .* in stage \S+ \(TID \d+\) in \d+ ms on \S+ \(executor (\d+)\)",
+        log.read_text(),
+    )
+    assert set(executors) == {"1", "2"}, set(executors)
+    assert len(executors) > 100  # gradient descent and 18 cross-validation fits: 549 tasks

@@ -6,8 +6,9 @@ The kernel is configured as a student's server gets it from the hub, through Sca
 settings only (``spark_master = "yarn"``, ``hadoop_conf_dir``, ``spark_conf``, turned into the
 server's environment by :func:`scalelab.spawner.environment.server_environment`): executors run
 in YARN containers, Spark's jars and PySpark are not uploaded, a job reads and writes Parquet in
-HDFS, an executor that YARN kills for memory is explained under the cell, and Lab 1's
-cross-validation runs on YARN from the notebook.
+HDFS, an executor that YARN kills for memory is explained under the cell, and the containers'
+logs reach the server's log view. Lab 1's cross-validation on YARN, from a student's server under
+a real hub: ``tests/test_hub_on_hdfs.py``.
 """
 
 from __future__ import annotations
@@ -23,24 +24,11 @@ import requests
 
 from scalelab.hub_ext.server.logstream import list_logs
 from scalelab.spawner.environment import server_environment
-from tests.conftest import REPO
-from tests.hadoopcluster import HadoopTestCluster
+from tests.hadoopcluster import YARN_SPARK_CONF, HadoopTestCluster
 from tests.kernelrun import Kernel
-from tests.labrun import run_lab
 
 pytestmark = [pytest.mark.hadoop, pytest.mark.integration]
 
-#: What ops would set for the course's YARN queue (``c.ScaleLabSpawner.spark_conf``), sized for
-#: the test cluster: two executors of one core and a 512 MiB heap (containers of 512 + 384 MiB
-#: overhead = 896 MiB), a small application master; a task is not retried, so an executor that
-#: YARN kills fails its job at once (on a course cluster Spark would try 3 more executors).
-OPS_SPARK_CONF = {
-    "spark.executor.instances": "2",
-    "spark.executor.cores": "1",
-    "spark.executor.memory": "512m",
-    "spark.yarn.am.memory": "384m",
-    "spark.task.maxFailures": "1",
-}
 #: A Python worker's allocation well past its executor's 896 MiB container.
 HOG_MIB = 1400
 
@@ -58,7 +46,7 @@ def yarn_environment(
             store_options={},
             spark_master="yarn",
             spark_driver_memory="1g",
-            spark_conf=OPS_SPARK_CONF,
+            spark_conf=YARN_SPARK_CONF,
             hadoop_conf_dir=str(cluster.conf_dir),
         )
     )
@@ -88,37 +76,6 @@ def test_the_cluster_has_a_resourcemanager_and_two_nodemanagers(hdfs_cluster: Ha
     assert re.fullmatch(r"127\.0\.0\.1:\d+", hdfs_cluster.yarn["resourcemanager"])
     scheduler = resourcemanager(hdfs_cluster, "scheduler")["scheduler"]["schedulerInfo"]
     assert scheduler["type"] == "capacityScheduler"
-
-
-# Before the tests of the module's kernel: its application would hold half the NodeManagers'
-# memory while the lab's runs.
-def test_lab1_runs_on_yarn_from_the_notebook_with_its_cross_validation_in_the_executors(
-    hdfs_cluster: HadoopTestCluster, kernel_environment: dict[str, str], tmp_path: Path
-):
-    env = yarn_environment(kernel_environment, hdfs_cluster, tmp_path / "logs")
-    results, nb = run_lab(
-        REPO / "notebooks" / "lab1_millionsong_regression.ipynb",
-        workdir=tmp_path,
-        env=env,
-        results=("num_points", "rmse_baseline", "rmse_tuned", "best_degree", "gd_rel_error"),
-        timeout_s=900,
-    )
-    shown = "".join(out.get("text", "") for cell in nb.cells for out in cell.get("outputs", []))
-    assert "| master yarn" in shown
-    assert results["num_points"] == 6724
-    assert results["gd_rel_error"] < 1e-6
-    assert results["rmse_tuned"] < results["rmse_baseline"]
-    assert results["best_degree"] in (1, 2)
-    # The work, the cross-validation's fits included, ran in the two executors' containers:
-    # the driver's log (INFO, the scheduler's lines) names the executor of each finished task.
-    [log] = (tmp_path / "logs").glob("spark-driver-*.log")
-    executors = re.findall(
-        r"Finished task .* in stage \S+ \(TID \d+\) in \d+ ms on \S+ "
-        r"\(executor (\d+)\)",
-        log.read_text(),
-    )
-    assert set(executors) == {"1", "2"}, set(executors)
-    assert len(executors) > 100  # gradient descent and 18 cross-validation fits: 549 tasks here
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +171,7 @@ HOG_CELL = f"""
 def hog(rows):
     import time
     block = bytearray(b"x") * ({HOG_MIB} * 2**20)  # every page touched: resident
-    time.sleep(120)  # held until YARN's NodeManager measures and kills the container
+    time.sleep(600)  # held until YARN's NodeManager measures and kills the container
     yield len(block)
 
 sc.parallelize([0], 1).mapPartitions(hog).collect()
@@ -224,13 +181,11 @@ sc.parallelize([0], 1).mapPartitions(hog).collect()
 def test_an_executor_killed_by_yarn_for_memory_is_explained_with_the_settings_that_fix_it(
     yarn_kernel: Kernel, tmp_path: Path
 ):
-    began = time.monotonic()
-    out = yarn_kernel.run(HOG_CELL, timeout_s=300)
+    out = yarn_kernel.run(HOG_CELL, timeout_s=300)  # the hog sleeps 600 s: a kill ends it
     assert out["error"] is not None, out
     message = out["error"][1]
     # YARN killed the container for physical memory; Spark reports it as the executor's loss.
     assert "physical memory" in message, message
-    assert time.monotonic() - began < 120  # killed, not waited out
     # The explanation comes first, under the cell, naming the executor's settings.
     kinds = [kind for kind, _text in out["order"]]
     assert kinds.index("stderr") < kinds.index("error"), kinds

@@ -18,6 +18,7 @@ from scalelab.kernels.spark_yarn import (
     missing_conf_dir,
     pyspark_archives,
     spark_home,
+    staging_dir,
     yarn_conf,
     yarn_environment,
 )
@@ -134,6 +135,24 @@ def test_the_kernels_session_on_yarn_has_scalelabs_defaults_under_ops_settings(t
     assert options.startswith("-Dcourse=dl -Dlog4j2.configurationFile=file:"), options
     plain = session_conf({"SCALELAB_SPARK_MASTER": "yarn"}, None)
     assert plain["spark.yarn.jars"] == f"local:{PYSPARK_HOME}/jars/*"
+
+
+def test_applications_stage_in_the_students_store_home_when_the_store_is_on_hdfs():
+    store = {"SCALELAB_STORE_URL": "hdfs://nn:8020/course/", "JUPYTERHUB_USER": "alice"}
+    assert staging_dir(store) == "hdfs://nn:8020/course/home"
+    assert staging_dir({**store, "HADOOP_USER_NAME": "alice"}) == "hdfs://nn:8020/course/home"
+    # Another Hadoop user than the hub's name (Spark appends its own): Spark's default.
+    assert staging_dir({**store, "HADOOP_USER_NAME": "s1234"}) is None
+    assert staging_dir({**store, "SCALELAB_STORE_URL": "s3://bucket/course"}) is None
+    assert staging_dir({"SCALELAB_STORE_URL": "hdfs://nn:8020/course"}) is None
+    conf = session_conf({**store, "SCALELAB_SPARK_MASTER": "yarn"}, None)
+    assert conf["spark.yarn.stagingDir"] == "hdfs://nn:8020/course/home"
+    ops = json.dumps({"spark.yarn.stagingDir": "hdfs:///tmp/staging"})
+    conf = session_conf(
+        {**store, "SCALELAB_SPARK_MASTER": "yarn", "SCALELAB_SPARK_CONF": ops}, None
+    )
+    assert conf["spark.yarn.stagingDir"] == "hdfs:///tmp/staging"
+    assert "spark.yarn.stagingDir" not in session_conf(store, None)  # local[*]
 
 
 @pytest.mark.parametrize("raw", ["{not json", '["spark.x"]', '{"spark.x": 2}', '{"x": "1"}'])
