@@ -292,11 +292,12 @@ def test_ops_setting_of_the_retries_in_hadoop_conf_dir_is_kept(
     )
     seen: list[dict[str, Any]] = []
 
-    def filesystem(protocol: str, **kwargs: Any) -> object:
-        seen.append(kwargs)
-        return object()
+    class Recorder:
+        def __init__(self, **kwargs: Any):
+            seen.append(kwargs)
 
-    monkeypatch.setattr("fsspec.filesystem", filesystem)  # records the options; no client
+    # Records the options hdfs-native's file system is made with; no client.
+    monkeypatch.setattr("scalelab.store.access.hdfs_fork.ForkSafeHdfsFileSystem", Recorder)
     open_hdfs("hdfs://127.0.0.1:8020/course", {}, {"HADOOP_CONF_DIR": str(conf)})
     open_hdfs("hdfs://127.0.0.1:8020/course", {}, {})
     open_hdfs("hdfs://127.0.0.1:8020/course", {"dfs.client.failover.max.attempts": "7"}, {})
