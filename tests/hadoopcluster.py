@@ -303,6 +303,16 @@ class HadoopTestCluster:
             skip_instance_cache=True,
         )
 
+    def resourcemanager(self, path: str) -> dict[str, Any]:
+        """GET ``/ws/v1/cluster/<path>`` of the ResourceManager's REST API (YARN only)."""
+        import requests
+
+        assert self.yarn is not None, "no YARN in this cluster (nodemanagers=0)"
+        url = f"http://{self.yarn['webapp']}/ws/v1/cluster/{path}"
+        answer = requests.get(url, timeout=30, headers={"Accept": "application/json"})
+        answer.raise_for_status()
+        return answer.json()
+
     # -- Kerberos ------------------------------------------------------------------------------
 
     def principal(self, name: str) -> str:

@@ -27,7 +27,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import requests
 
 from scalelab.store import DATASETS, open_store
 from scalelab.store.datasets.fetch import fetch_dataset
@@ -67,15 +66,6 @@ def hub(
     with running(up):
         up.start_server("alice")
         yield up
-
-
-def _resourcemanager(cluster: HadoopTestCluster, path: str) -> dict:
-    """GET ``/ws/v1/cluster/<path>`` of the test cluster's ResourceManager."""
-    assert cluster.yarn is not None
-    url = f"http://{cluster.yarn['webapp']}/ws/v1/cluster/{path}"
-    answer = requests.get(url, timeout=30, headers={"Accept": "application/json"})
-    answer.raise_for_status()
-    return answer.json()
 
 
 def _contents(hub: ScaleLabUp, path: str, method: str = "GET", **kwargs):
@@ -149,7 +139,7 @@ print(json.dumps({"count": counted, "refusal": refusal, "master": sc.master,
     assert answer["count"] == 6724
     # On the cluster's YARN, as alice, staged in her own home of the store.
     assert answer["master"] == "yarn", answer
-    app = _resourcemanager(hdfs_cluster, f"apps/{answer['application']}")["app"]
+    app = hdfs_cluster.resourcemanager(f"apps/{answer['application']}")["app"]
     assert app["user"] == "alice", app
     staging = f"{course_root}/home/alice/.sparkStaging"
     assert hdfs_cluster.webhdfs().info(staging)["owner"] == "alice"

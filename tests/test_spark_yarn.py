@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import requests
 
 from scalelab.hub_ext.server.logstream import list_logs
 from scalelab.spawner.environment import server_environment
@@ -56,25 +55,16 @@ def yarn_environment(
     return env
 
 
-def resourcemanager(cluster: HadoopTestCluster, path: str) -> dict:
-    """GET ``/ws/v1/cluster/<path>`` of the ResourceManager's REST API."""
-    assert cluster.yarn is not None
-    url = f"http://127.0.0.1:{cluster.yarn['web_port']}/ws/v1/cluster/{path}"
-    answer = requests.get(url, timeout=30, headers={"Accept": "application/json"})
-    answer.raise_for_status()
-    return answer.json()
-
-
 def test_the_cluster_has_a_resourcemanager_and_two_nodemanagers(hdfs_cluster: HadoopTestCluster):
     assert hdfs_cluster.yarn is not None
-    nodes = resourcemanager(hdfs_cluster, "nodes")["nodes"]["node"]
+    nodes = hdfs_cluster.resourcemanager("nodes")["nodes"]["node"]
     assert [node["state"] for node in nodes] == ["RUNNING", "RUNNING"]
     assert {node["totalResource"]["memory"] for node in nodes} == {2560}
     assert {node["totalResource"]["vCores"] for node in nodes} == {2}
     site = (hdfs_cluster.conf_dir / "yarn-site.xml").read_text()
     assert f"<value>{hdfs_cluster.yarn['resourcemanager']}</value>" in site
     assert re.fullmatch(r"127\.0\.0\.1:\d+", hdfs_cluster.yarn["resourcemanager"])
-    scheduler = resourcemanager(hdfs_cluster, "scheduler")["scheduler"]["schedulerInfo"]
+    scheduler = hdfs_cluster.resourcemanager("scheduler")["scheduler"]["schedulerInfo"]
     assert scheduler["type"] == "capacityScheduler"
 
 
@@ -126,7 +116,7 @@ def test_a_job_runs_in_two_executor_containers_and_reads_and_writes_parquet_in_h
     assert len(containers) == 2, containers
     assert all(c.startswith(f"container_{number}_") for c in containers), containers
     # The ResourceManager runs it: the application master and the two executors.
-    app = resourcemanager(hdfs_cluster, f"apps/{application}")["app"]
+    app = hdfs_cluster.resourcemanager(f"apps/{application}")["app"]
     assert (app["state"], app["runningContainers"]) == ("RUNNING", 3)
     # Spark's jars and PySpark were not uploaded: the staging folder holds Spark's
     # configuration only (spark.yarn.jars and PYSPARK_ARCHIVES_PATH are local: URIs).

@@ -485,16 +485,6 @@ public final class TestCluster {
   // -- JSON ----------------------------------------------------------------------------------------
 
   private static String quote(String text) {
-    StringBuilder out = new StringBuilder("\"");
-    for (char c : text.toCharArray()) {
-      if (c == '"' || c == '\\') {
-        out.append('\\').append(c);
-      } else if (c < 0x20) {
-        out.append(String.format("\\u%04x", (int) c));
-      } else {
-        out.append(c);
-      }
-    }
-    return out.append('"').toString();
+    return SecureSetup.quote(text);
   }
 }
