@@ -11,7 +11,8 @@ Prints one JSON object with, per inventory size:
   by a tracker independent of the ledger;
 - ``decisions_per_s``: allocator calls (acquire, release with its dispatch) per wall-clock second;
 - ``p99_decision_ms``: 99th percentile wall-clock time of one call;
-- ``jain_fairness``: Jain's index (sum x)^2 / (n sum x^2) of the GPU-hours each user received up
+- ``jain_fairness``: with ScaleLab's default fair share (``fair_share_s_per_gpu_hour``, 300 s),
+  Jain's index (sum x)^2 / (n sum x^2) of the GPU-hours each user received up
   to the median completion time (1.0: perfectly even; Jain, Chiu & Hawe, DEC-TR-301, 1984);
 - ``jain_fairness_fcfs``: the same with fair share off (plain first come, first served), the
   baseline measured in the same run;
@@ -45,10 +46,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._run_info import RunInfo
 from scalelab.spawner.allocator import GPUAllocator
+from scalelab.spawner.queue import DEFAULT_FAIR_SHARE_S_PER_GPU_HOUR
 
 
 async def simulate(
-    n_gpus: int, n_requests: int, n_users: int = 100, seed: int = 0, fair_share: float = 60.0
+    n_gpus: int,
+    n_requests: int,
+    n_users: int = 100,
+    seed: int = 0,
+    fair_share: float = DEFAULT_FAIR_SHARE_S_PER_GPU_HOUR,
 ) -> dict:
     rng = random.Random(seed)
     clock = [0.0]

@@ -34,6 +34,7 @@ from typing import Any
 from scalelab.spawner.ledger import GPULedger, Holding
 from scalelab.spawner.policy import LimitRule, PolicyError, check_request, effective_limits
 from scalelab.spawner.queue import (
+    DEFAULT_FAIR_SHARE_S_PER_GPU_HOUR,
     USAGE_WINDOW_S,
     GPUQueue,
     QueueEntry,
@@ -95,7 +96,7 @@ class GPUAllocator:
         rules: Sequence[LimitRule] = (),
         *,
         session_s: float = 3600.0,
-        fair_share_s_per_gpu_hour: float = 60.0,
+        fair_share_s_per_gpu_hour: float = DEFAULT_FAIR_SHARE_S_PER_GPU_HOUR,
         busy_check: BusyCheck = never_busy,
         clock: Callable[[], float] = time.time,
         saver: Saver | None = None,

@@ -60,6 +60,7 @@ from scalelab.spawner.profiles import (
     parse_user_options,
     profiles_from_config,
 )
+from scalelab.spawner.queue import DEFAULT_FAIR_SHARE_S_PER_GPU_HOUR
 from scalelab.spawner.refusals import OptionsRefused, refuse
 from scalelab.spawner.start_watch import describe_exit
 from scalelab.templates import templates_dir
@@ -191,11 +192,11 @@ class GPUSpawnerMixin(Spawner):
         0: wait until the student cancels.""",
     )
     fair_share_s_per_gpu_hour = Float(
-        60.0,
+        DEFAULT_FAIR_SHARE_S_PER_GPU_HOUR,
         min=0.0,
         config=True,
         help="""Queue fairness: seconds a request moves back in line for every GPU-hour its user
-        held in the last 7 days. 0: plain first come, first served.""",
+        held in the last 7 days (default: 5 minutes). 0: plain first come, first served.""",
     )
     gpu_queue_file = Unicode(
         "scalelab-gpu-queue.json",
