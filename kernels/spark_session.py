@@ -566,6 +566,7 @@ def begin(namespace: MutableMapping[str, Any], shell: Any, log_dir: Path | None)
     lazy = LazySparkSession(factory)
     namespace["spark"] = lazy
     namespace["sc"] = LazySparkContext(lazy)
+    lookups_wait_for_the_kernels_session(namespace)
     if shell is not None:
         _swap_when_ready(shell, namespace, lazy, environ)
 
@@ -580,6 +581,50 @@ def begin(namespace: MutableMapping[str, Any], shell: Any, log_dir: Path | None)
         f"spark: {conf['spark.master']} with spark.driver.memory={conf['spark.driver.memory']}, "
         "starting in the background (as `spark` and `sc`; the first use waits for it)"
     )
+
+
+def building_session(namespace: Mapping[str, Any]) -> LazySparkSession | None:
+    """``spark`` of ``namespace`` while it is being built in the background, else None (built,
+    failed, or a stopped session's stand-in that nothing has started)."""
+    lazy = namespace.get("spark")
+    if isinstance(lazy, LazySparkSession) and lazy._started and not lazy.done():
+        return lazy
+    return None
+
+
+#: The notebook's globals whose ``spark`` PySpark's session lookups wait for (the latest
+#: :func:`begin`'s; one kernel per process).
+_lookup_namespace: list[Mapping[str, Any]] = []
+
+
+def lookups_wait_for_the_kernels_session(namespace: Mapping[str, Any]) -> None:
+    """Make PySpark's own lookups of the session, ``SparkSession.getActiveSession()`` and
+    ``SparkSession.active()`` (what ``TorchDistributor``, pandas-on-Spark and other libraries
+    call), wait for ``namespace``'s ``spark`` while it is built in the background, as if it had
+    been there from the start; without this they find none ("No active or default Spark
+    session found") in the first seconds of a kernel. Only in the main thread (the cells'):
+    the background build itself looks up sessions too. A session stopped by the student is not
+    started again by a lookup (``SparkSession.builder`` makes theirs).
+    """
+    from pyspark.sql import SparkSession
+
+    _lookup_namespace[:] = [namespace]
+    if getattr(SparkSession, "_scalelab_lookups_wait", False):
+        return
+    for name in ("getActiveSession", "active"):
+        lookup = getattr(SparkSession, name).__func__  # the classmethods' functions
+
+        def waiting(cls: type, _lookup: Callable[..., Any] = lookup) -> Any:
+            lazy = building_session(_lookup_namespace[0]) if _lookup_namespace else None
+            if lazy is not None and threading.current_thread() is threading.main_thread():
+                try:
+                    lazy.wait()
+                except Exception:  # noqa: BLE001 -- the lookup says "none"; `spark` says why
+                    pass
+            return _lookup(cls)
+
+        setattr(SparkSession, name, classmethod(waiting))
+    SparkSession._scalelab_lookups_wait = True
 
 
 def follow_yarn_logs(session: Any, folder: Path) -> Any:

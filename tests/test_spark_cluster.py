@@ -1,27 +1,22 @@
 """Spark reading and writing the course store, through the PySpark kernel, in local mode and on a
-real Spark standalone cluster (master and worker started here from pyspark's ``spark-class`` on
-loopback, torn down after)."""
+real Spark standalone cluster (master and worker started from pyspark's ``spark-class`` on
+loopback by ``tests/sparkcluster.py``, torn down after)."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pyspark
 import pytest
 
-from scalelab.kernels.spark_session import free_port
 from scalelab.store import open_store
 from tests.kernelrun import Kernel
+from tests.sparkcluster import standalone_cluster as spark_standalone
 
 pytestmark = pytest.mark.integration
 
-SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 SONGS = "datasets/millionsong/parquet"
 
 # Read the real Million Song shards, write a per-year summary into the student's home, read it
@@ -50,90 +45,11 @@ def _rows_in_store(course_store: str) -> int:
     return total
 
 
-def _wait_port(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text()[-3000:]
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.5)
-    raise AssertionError(f"nothing listens on {port}:\n{log.read_text()[-3000:]}")
-
-
-def _wait_text(log: Path, text: str, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if log.exists() and text in log.read_text():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"{text!r} never appeared in {log}:\n{log.read_text()[-3000:]}")
-
-
 @pytest.fixture
 def standalone_cluster(tmp_path: Path) -> Iterator[str]:
     """A real Spark standalone master and one worker (1 core, 1 GiB) on loopback."""
-    port, ui = free_port(), free_port()
-    env = {
-        **os.environ,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_WORKER_DIR": str(tmp_path / "work"),
-        "SPARK_NO_DAEMONIZE": "1",
-    }
-    procs: list[subprocess.Popen] = []
-    logs = {name: tmp_path / f"{name}.log" for name in ("master", "worker")}
-    try:
-        with open(logs["master"], "wb") as out:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        str(SPARK_CLASS),
-                        "org.apache.spark.deploy.master.Master",
-                        "--host",
-                        "127.0.0.1",
-                        "--port",
-                        str(port),
-                        "--webui-port",
-                        str(ui),
-                    ],
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-            )
-        _wait_port(port, procs[0], logs["master"])
-        with open(logs["worker"], "wb") as out:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        str(SPARK_CLASS),
-                        "org.apache.spark.deploy.worker.Worker",
-                        "--host",
-                        "127.0.0.1",
-                        "--cores",
-                        "1",
-                        "--memory",
-                        "1g",
-                        "--webui-port",
-                        str(free_port()),
-                        f"spark://127.0.0.1:{port}",
-                    ],
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-            )
-        _wait_text(logs["worker"], "Successfully registered with master")
-        yield f"spark://127.0.0.1:{port}"
-    finally:
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in reversed(procs):
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with spark_standalone(tmp_path / "cluster") as master:
+        yield master
 
 
 def test_local_mode_reads_and_writes_the_store(

@@ -1,0 +1,142 @@
+"""Data-parallel PyTorch on a real Spark standalone cluster, from the PySpark kernel (issue 15).
+
+pyspark's own ``TorchDistributor`` (``torch.distributed`` with gloo on CPUs) runs 2 ranks in the
+executors of two workers (a master and two workers of 1 core, started from pyspark's
+``spark-class`` by ``tests/sparkcluster.py``). Each rank streams its own shards of the student's
+store with :class:`~scalelab.store.streaming.TorchParquetDataset` (rank and world size from the
+process group): every sample once per epoch across the ranks, a new order each epoch, the same
+order for the same seed; rank 0's state dict comes back to the notebook, and its checkpoint is
+written into the student's home through the kernel's own ``store``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.kernelrun import Kernel
+from tests.sparkcluster import standalone_cluster
+
+pytestmark = pytest.mark.integration
+
+#: The Million Song subset as 4 shards of the student's home, with an ``id`` column.
+SHARDS = """
+import pyarrow as pa, pyarrow.parquet as pq
+with store.open("datasets/millionsong/parquet/part-00000.parquet") as f:
+    table = pq.read_table(f)
+table = table.append_column("id", pa.array(range(table.num_rows), pa.int64()))
+n = table.num_rows
+for i in range(4):
+    with store.open(f"home/tester/songs/part-{i:05d}.parquet", "wb") as f:
+        pq.write_table(table.slice(i * n // 4, (i + 1) * n // 4 - i * n // 4), f)
+features = [c for c in table.column_names if c.startswith("f")]
+n, len(features)
+"""
+
+#: A student's training function: DDP over gloo, each rank its own shards; rank 0 returns the
+#: ids each rank saw per epoch (gathered), its state dict, and writes a checkpoint to the home.
+TRAIN = """
+from pyspark.ml.torch.distributor import TorchDistributor
+from scalelab.store.streaming import TorchParquetDataset
+
+def train(dataset, n_features, epochs, store):
+    import io
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(n_features, 1).double())
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-7)
+    seen = []
+    for epoch in range(epochs):
+        dataset.set_epoch(epoch)
+        ids = []
+        with model.join():  # ranks with fewer batches do not hang the others
+            for batch in DataLoader(dataset, batch_size=256):
+                ids.extend(batch["id"].tolist())
+                optimizer.zero_grad()
+                target = batch["year"].double().unsqueeze(1)
+                loss = ((model(batch["features"]) - target) ** 2).mean()
+                loss.backward()
+                optimizer.step()
+        everyone = [None] * world
+        dist.all_gather_object(everyone, ids)
+        seen.append(everyone)
+    state = {k: v.detach().clone() for k, v in model.module.state_dict().items()}
+    if rank == 0:
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        store.pipe_file("home/tester/checkpoints/linear.pt", buffer.getvalue())
+    dist.destroy_process_group()
+    return {"world": world, "seen": seen, "state": state} if rank == 0 else None
+
+def run(epochs):
+    songs = TorchParquetDataset(
+        "home/tester/songs", store=store, stack={"features": features}, seed=7
+    )
+    distributor = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False)
+    return distributor.run(train, songs, len(features), epochs, store)
+"""
+
+#: What the notebook checks of a run (printed as JSON).
+CHECK = """
+import io, json, torch
+first, again = run(2), run(1)
+checkpoint = torch.load(io.BytesIO(store.cat_file("home/tester/checkpoints/linear.pt")))
+model = torch.nn.Linear(len(features), 1).double()
+model.load_state_dict(first["state"])
+print(json.dumps({
+    "world": first["world"],
+    "seen": first["seen"],
+    "again": again["seen"],
+    "weight_shape": list(model.weight.shape),
+    "checkpoint_matches": all(torch.equal(checkpoint[k], again["state"][k]) for k in checkpoint),
+}))
+"""
+
+
+@pytest.fixture
+def two_workers(tmp_path: Path) -> Iterator[str]:
+    """A Spark standalone master and two workers of 1 core and 1 GiB each."""
+    with standalone_cluster(tmp_path / "cluster", workers=2) as master:
+        yield master
+
+
+def test_data_parallel_training_from_the_notebook_streams_each_sample_once_per_epoch(
+    kernel_environment: dict[str, str], two_workers: str, tmp_path: Path
+):
+    env = {
+        **kernel_environment,
+        "SCALELAB_SPARK_MASTER": two_workers,
+        "SCALELAB_SPARK_DRIVER_MEMORY": "1g",
+        "SCALELAB_SPARK_CONF": json.dumps({"spark.executor.memory": "768m"}),
+        "SPARK_LOCAL_IP": "127.0.0.1",  # the driver, reachable by the workers on loopback
+        "SCALELAB_LOG_DIR": str(tmp_path / "logs"),
+    }
+    with Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as kernel:
+        shards = kernel.run(SHARDS, timeout_s=300)
+        assert shards["error"] is None, shards
+        rows, n_features = eval(shards["result"])
+        assert (rows, n_features) == (6724, 12)
+        defined = kernel.run(TRAIN)
+        assert defined["error"] is None, defined
+        out = kernel.run(CHECK, timeout_s=600)
+    assert out["error"] is None, out
+    result = json.loads(out["stdout"].strip().splitlines()[-1])
+    assert result["world"] == 2
+    everything = list(range(rows))
+    for epoch in result["seen"]:
+        ranks = [set(ids) for ids in epoch]
+        assert all(ranks) and not ranks[0] & ranks[1]  # both ranks worked, on disjoint rows
+        assert sorted(epoch[0] + epoch[1]) == everything  # every sample once per epoch
+    first, second = result["seen"]
+    assert first != second  # a new order each epoch
+    assert result["again"][0] == first  # the same order for the same seed
+    assert result["weight_shape"] == [1, n_features]  # rank 0's model, back in the notebook
+    assert result["checkpoint_matches"]  # its checkpoint in the student's home
