@@ -31,6 +31,7 @@ import os
 import re
 import socket
 import sys
+import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Mapping, MutableMapping
@@ -40,7 +41,7 @@ from typing import Any
 
 from scalelab import envvars
 from scalelab.common.stderr_lines import Harmless, forward
-from scalelab.kernels import spark_yarn
+from scalelab.kernels import spark_gpus, spark_yarn
 from scalelab.kernels.spark_defaults import DEFAULT_DRIVER_MEMORY, DEFAULT_SPARK_MASTER, spark_conf
 
 #: log4j2 configuration of the driver: WARN and above to the console (the kernel's stderr, hence
@@ -212,7 +213,9 @@ def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, 
     """The kernel session's settings from its environment (I/O: picks a port, writes log4j2).
 
     In order, later ones winning: :func:`~scalelab.kernels.spark_defaults.spark_conf` (master,
-    driver memory, application name), :func:`~scalelab.kernels.spark_yarn.yarn_conf` when the
+    driver memory, application name), the server's GPUs in local mode
+    (:func:`~scalelab.kernels.spark_gpus.gpu_conf`, its discovery script written beside the
+    driver's log), :func:`~scalelab.kernels.spark_yarn.yarn_conf` when the
     master is ``yarn``, ops' :func:`ops_conf`, and :func:`driver_conf` (the UI's port and
     proxy, the driver's log4j2 file, added to ops' ``spark.driver.extraJavaOptions``).
 
@@ -244,6 +247,11 @@ def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, 
         environ.get(envvars.SPARK_DRIVER_MEMORY) or DEFAULT_DRIVER_MEMORY,
         f"scalelab-{user}",
     )
+    gpus = spark_gpus.granted_gpus(environ)
+    if gpus and conf["spark.master"].startswith("local"):
+        folder = log_dir if log_dir is not None else Path(tempfile.mkdtemp(prefix="scalelab-"))
+        script = spark_gpus.write_discovery_script(folder, len(gpus))
+        conf.update(spark_gpus.gpu_conf(gpus, conf["spark.master"], str(script)))
     if spark_yarn.is_yarn(conf["spark.master"]):
         try:
             home = spark_yarn.spark_home(environ)

@@ -16,18 +16,14 @@ from typing import Any
 
 from scalelab import envvars
 from scalelab.kernels import import_order
+from scalelab.kernels.spark_gpus import granted_gpus
 from scalelab.store.access.session import kernel_store
 
 
 def gpu_banner(environ: MutableMapping[str, str] | None = None) -> str:
-    """``"GPUs: <uuids>"`` or ``"CPU only"``, from the GPUs the spawner gave this server.
-
-    ``SCALELAB_GPUS`` (set by ScaleLab's spawner) first, else ``CUDA_VISIBLE_DEVICES`` (set by
-    another spawner or by hand); ``""``, ``-1`` or ``none`` mean no GPU.
-    """
-    env = os.environ if environ is None else environ
-    raw = env.get(envvars.GPUS) or env.get("CUDA_VISIBLE_DEVICES", "")
-    gpus = [g.strip() for g in raw.split(",") if g.strip() and g.strip() not in ("-1", "none")]
+    """``"GPUs: <uuids>"`` or ``"CPU only"``, from the GPUs the spawner gave this server
+    (:func:`scalelab.kernels.spark_gpus.granted_gpus`)."""
+    gpus = granted_gpus(os.environ if environ is None else environ)
     return f"GPUs: {', '.join(gpus)}" if gpus else "CPU only"
 
 
