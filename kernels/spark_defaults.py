@@ -13,6 +13,14 @@ DEFAULT_SPARK_MASTER = "local[*]"
 DEFAULT_DRIVER_MEMORY = "1g"
 #: Driver memory sizes students may pick in the spawn form; the first is the default.
 DEFAULT_DRIVER_MEMORY_CHOICES = ("1g", "2g", "4g")
+#: A barrier stage (``TorchDistributor``'s ranks, ``rdd.barrier()``) that needs more task slots
+#: than the cluster has is retried every interval, so many times, before it fails: Spark's
+#: defaults (15 s, 40) keep the cell waiting 10 minutes; these fail it in about 30 s, still
+#: long enough for executors that are registering to count.
+BARRIER_CHECK = {
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "2s",
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "15",
+}
 
 
 def spark_conf(master: str, driver_memory: str, app_name: str) -> dict[str, str]:
@@ -32,6 +40,7 @@ def spark_conf(master: str, driver_memory: str, app_name: str) -> dict[str, str]
     dict
         ``spark.*`` keys -> values, for ``SparkSession.builder.config``. The driver binds to
         loopback in local mode, so the session works on a machine with no resolvable host name.
+        A barrier stage that can never start fails in about 30 s (:data:`BARRIER_CHECK`).
     """
     conf = {
         "spark.master": master,
@@ -39,6 +48,7 @@ def spark_conf(master: str, driver_memory: str, app_name: str) -> dict[str, str]
         "spark.driver.memory": driver_memory,
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        **BARRIER_CHECK,
     }
     if master.startswith("local"):
         conf["spark.driver.host"] = "127.0.0.1"

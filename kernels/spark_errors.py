@@ -22,6 +22,8 @@ off-heap memory exhausted (off-heap on)    ``spark.memory.offHeap.enabled`` / ``
 Python worker ``MemoryError``              ``spark.executor.pyspark.memory``
 result over ``spark.driver.maxResultSize``  ``spark.driver.maxResultSize``
 ``spark`` used after ``spark.stop()``      ``spark`` (a new one starts at its next use)
+barrier stage larger than the cluster      ``num_processes`` (TorchDistributor),
+(TorchDistributor's ranks)                 ``spark.executor.instances`` / ``.cores``
 =========================================  =========================================================
 """
 
@@ -270,6 +272,30 @@ def _hdfs_refused(text: str, conf: Mapping[str, str], env: Mapping[str, str]) ->
     )
 
 
+#: Keys :func:`_session_conf` adds to the session's settings: what the running cluster offers
+#: now (executors, not the driver, and their task slots: cores / ``spark.task.cpus``).
+LIVE_EXECUTORS, LIVE_SLOTS = "scalelab.live.executors", "scalelab.live.slots"
+
+
+def _barrier_slots(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
+    master = conf.get("spark.master", "?")
+    slots, executors = conf.get(LIVE_SLOTS), conf.get(LIVE_EXECUTORS)
+    now = (
+        f" {master} offers {slots} task slot(s) now ({executors} executor(s))"
+        if slots is not None
+        else f" {master} has fewer"
+    )
+    return Explanation(
+        "the job's barrier stage (TorchDistributor's num_processes ranks, or rdd.barrier()) "
+        "needs all its tasks running at once, one task slot each, and" + now + ": it could "
+        "never start.",
+        ("num_processes", "spark.executor.instances", "spark.executor.cores"),
+        f"ask for at most {slots or 'that many'} processes "
+        "(TorchDistributor(num_processes=...)), or for more executors or cores "
+        "(ops: c.ScaleLabSpawner.spark_conf); executors still starting count once registered.",
+    )
+
+
 _Rule = Callable[[str, Mapping[str, str], Mapping[str, str]], Explanation]
 
 #: (pattern over "<exception type>: <message>", explanation builder), first match wins.
@@ -331,6 +357,7 @@ RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
         _driver_gone,
     ),
     (re.compile(r"AccessControlException|Permission denied: user="), _hdfs_refused),
+    (re.compile(r"BarrierJobSlotsNumberCheckFailed|SPARK-24819"), _barrier_slots),
 )
 
 
@@ -497,9 +524,28 @@ def _session_conf(namespace: Mapping[str, Any]) -> dict[str, str]:
         active = SparkContext._active_spark_context
         if active is not None:
             conf.update(dict(active._conf.getAll()))
+            conf.update(_live(active, conf))
     except Exception:  # noqa: BLE001 -- a dead JVM: the hub's settings are the best we have
         pass
     return conf
+
+
+def _live(context: Any, conf: Mapping[str, str]) -> dict[str, str]:
+    """What the cluster of ``context`` (a live SparkContext) offers now: its executors (the
+    driver's own entry left out, unless local) and their task slots (Spark's own count for the
+    barrier check; else ``defaultParallelism`` divided by ``spark.task.cpus``)."""
+    jsc = context._jsc.sc()
+    members = int(jsc.getExecutorMemoryStatus().size())
+    local = str(conf.get("spark.master", "")).startswith("local")
+    try:  # what the barrier check itself counts (the default resource profile's slots)
+        profile = jsc.resourceProfileManager().defaultResourceProfile()
+        slots = int(jsc.maxNumConcurrentTasks(profile))
+    except Exception:  # noqa: BLE001 -- another Spark: its parallelism, per task's cores
+        slots = int(context.defaultParallelism) // max(1, int(conf.get("spark.task.cpus", "1")))
+    return {
+        LIVE_EXECUTORS: str(members if local else max(0, members - 1)),
+        LIVE_SLOTS: str(slots),
+    }
 
 
 def driver_exit_status() -> int | None:

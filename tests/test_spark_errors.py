@@ -466,3 +466,26 @@ def test_an_hdfs_refusal_names_the_namenodes_reason_and_the_students_home():
         ":root:supergroup:drwxr-xr-x. "
     )
     assert "store_url('home/alice/results')" in explanation.fix
+
+
+#: Spark 4.3's words for a barrier stage larger than the cluster (TorchDistributor asking 3 ranks
+#: of a standalone cluster of two 1-core workers; tests/test_torch_distributor.py does it live).
+BARRIER = (
+    "Py4JJavaError: An error occurred while calling o49.collectToPython.\n"
+    ": org.apache.spark.scheduler.BarrierJobSlotsNumberCheckFailed: [SPARK-24819]: Barrier "
+    "execution mode does not allow run a barrier stage that requires more slots than the total "
+    "number of slots in the cluster currently. Please init a new cluster with more resources(e.g. "
+    "CPU, GPU) or repartition the input RDD(s) to reduce the number of slots required to run "
+    "this barrier stage.\n\tat org.apache.spark.errors.SparkCoreErrors$."
+    "numPartitionsGreaterThanMaxNumConcurrentTasksError(SparkCoreErrors.scala:241)"
+)
+
+
+def test_a_barrier_stage_larger_than_the_cluster_names_num_processes_and_the_slots():
+    live = {"spark.master": "spark://m:7077", "scalelab.live.slots": "2"}
+    explanation = explain(BARRIER, {**live, "scalelab.live.executors": "2"}, {})
+    assert explanation is not None and explanation.settings[0] == "num_processes"
+    assert "spark://m:7077 offers 2 task slot(s) now (2 executor(s))" in explanation.title
+    assert "at most 2 processes" in explanation.fix
+    unknown = explain(BARRIER, {"spark.master": "yarn"}, {})  # a dead JVM: no live figures
+    assert unknown is not None and "yarn has fewer" in unknown.title

@@ -101,24 +101,29 @@ print(json.dumps({
 """
 
 
-@pytest.fixture
-def two_workers(tmp_path: Path) -> Iterator[str]:
-    """A Spark standalone master and two workers of 1 core and 1 GiB each."""
-    with standalone_cluster(tmp_path / "cluster", workers=2) as master:
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Spark standalone master and two workers of 1 core and 1 GiB each (for the module)."""
+    with standalone_cluster(tmp_path_factory.mktemp("cluster"), workers=2) as master:
         yield master
+
+
+def _cluster_kernel_env(base: dict[str, str], master: str, log_dir: Path) -> dict[str, str]:
+    """The kernel's environment for Spark on ``master``, executors of 768 MiB."""
+    return {
+        **base,
+        "SCALELAB_SPARK_MASTER": master,
+        "SCALELAB_SPARK_DRIVER_MEMORY": "1g",
+        "SCALELAB_SPARK_CONF": json.dumps({"spark.executor.memory": "768m"}),
+        "SPARK_LOCAL_IP": "127.0.0.1",  # the driver, reachable by the workers on loopback
+        "SCALELAB_LOG_DIR": str(log_dir),
+    }
 
 
 def test_data_parallel_training_from_the_notebook_streams_each_sample_once_per_epoch(
     kernel_environment: dict[str, str], two_workers: str, tmp_path: Path
 ):
-    env = {
-        **kernel_environment,
-        "SCALELAB_SPARK_MASTER": two_workers,
-        "SCALELAB_SPARK_DRIVER_MEMORY": "1g",
-        "SCALELAB_SPARK_CONF": json.dumps({"spark.executor.memory": "768m"}),
-        "SPARK_LOCAL_IP": "127.0.0.1",  # the driver, reachable by the workers on loopback
-        "SCALELAB_LOG_DIR": str(tmp_path / "logs"),
-    }
+    env = _cluster_kernel_env(kernel_environment, two_workers, tmp_path / "logs")
     with Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as kernel:
         shards = kernel.run(SHARDS, timeout_s=300)
         assert shards["error"] is None, shards
@@ -140,3 +145,28 @@ def test_data_parallel_training_from_the_notebook_streams_each_sample_once_per_e
     assert result["again"][0] == first  # the same order for the same seed
     assert result["weight_shape"] == [1, n_features]  # rank 0's model, back in the notebook
     assert result["checkpoint_matches"]  # its checkpoint in the student's home
+
+
+#: Three ranks on a cluster of two 1-core workers: a barrier stage that can never start.
+TOO_MANY = """
+from pyspark.ml.torch.distributor import TorchDistributor
+sc.parallelize(range(2), 2).count()  # both executors registered
+TorchDistributor(num_processes=3, local_mode=False, use_gpu=False).run(lambda: "never")
+"""
+
+
+def test_more_ranks_than_task_slots_is_explained_instead_of_waiting_ten_minutes(
+    kernel_environment: dict[str, str], two_workers: str, tmp_path: Path
+):
+    env = _cluster_kernel_env(kernel_environment, two_workers, tmp_path / "logs")
+    with Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as kernel:
+        # Spark's own check would retry for 10 minutes (15 s x 40); ScaleLab's for about 30 s.
+        out = kernel.run(TOO_MANY, timeout_s=240)
+    assert out["error"] is not None, out
+    assert "BarrierJobSlotsNumberCheckFailed" in out["error"][1]
+    # After TorchDistributor's own "Started distributed training with 3 executor processes":
+    explanation = out["stderr"].split("ScaleLab: ", 1)[-1]
+    assert explanation.startswith("the job's barrier stage"), out["stderr"]
+    assert f"{two_workers} offers 2 task slot(s) now (2 executor(s))" in explanation
+    assert "Setting to change: num_processes" in explanation
+    assert "at most 2 processes" in explanation
