@@ -527,6 +527,13 @@ HARMLESS_WARNINGS = (
         r"PySpark does not yet fully support pandas >= 3",
         "shown at every toPandas(); the labs' conversions are tested with this pandas",
     ),
+    (
+        UserWarning,
+        r"Spark session is not provided\. Tags will not be inherited",
+        "pyspark's inheritable_thread_target called without a session, as Hyperopt's "
+        "SparkTrials does for each trial: the thread still inherits the job group that "
+        "cancels it (scalelab.kernels.search); no job tags are used",
+    ),
 )
 
 
