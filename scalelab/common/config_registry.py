@@ -46,6 +46,12 @@ CONFIG_CLASSES: tuple[ConfigClass, ...] = (
         "hub",
         includes=("CourseSpawnerMixin", "GPUSpawnerMixin", "ServerLogMixin"),
     ),
+    ConfigClass(
+        "ScaleLabKubeSpawner",
+        "scalelab.spawner.kube_spawner",
+        "hub",
+        includes=("CourseSpawnerMixin", "GPUSpawnerMixin"),
+    ),
     ConfigClass("GPUPolicy", "scalelab.spawner.policy", "hub"),
     ConfigClass("S3KeyFile", "scalelab.spawner.store_identity", "hub"),
     ConfigClass("HDFSUserIdentity", "scalelab.spawner.store_identity", "hub"),
