@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,6 +29,7 @@ from kubespawner import KubeSpawner
 from tornado import web
 from traitlets.config import Config
 
+from scalelab.hub_ext.hub.config_check import validate_hub_config
 from scalelab.spawner.gpu_pool import GPUPool
 from scalelab.spawner.kube_spawner import ScaleLabKubeSpawner
 
@@ -411,3 +413,18 @@ async def test_caps_refuse_before_anything_reaches_kubernetes(
     assert refused.value.status_code == 409
     assert "GPU" in str(refused.value)
     assert api.calls == calls  # nothing asked of Kubernetes
+
+
+@pytest.mark.parametrize("title", ["### Local", "### Kubernetes"])
+def test_the_guides_configurations_pass_the_hubs_own_checks(title: str):
+    """The operators' guide's "More than one GPU server" configurations, as written, pass the
+    validation the hub runs at start (every setting's name and value)."""
+    guide = (Path(__file__).parent.parent / "docs" / "operators-guide.md").read_text()
+    section = guide[guide.index("## More than one GPU server") :]
+    part = section[section.index(title) :]
+    code = re.search(r"```python\n(.*?)```", part, re.S).group(1)
+    c = Config()
+    exec(compile(code, f"operators-guide.md {title}", "exec"), {"c": c})
+    validate_hub_config(c)  # raises ConfigProblem naming the setting
+    section_name = "ScaleLabKubeSpawner" if title == "### Kubernetes" else "ScaleLabSpawner"
+    assert c[section_name].store_url  # the block configured that spawner
