@@ -264,6 +264,7 @@ class CourseSpawnerMixin(GPUSpawnerMixin):
             )
         )
         env.update(self.session_environment())
+        env.update(self.gpu_report_environment())
         env.update(livy_environment(LivySettings(parent=self)))
         self._refuse_hub_credential(env)
         return env

@@ -42,11 +42,11 @@ from traitlets.config import Config
 
 from scalelab import envvars
 from scalelab.common.classsetting import configured_class
+from scalelab.common.gpu_inventory import declared_inventory
+from scalelab.common.gpu_source import DeclaredGPUs, GPUSource, source_class
 from scalelab.kernels.spark_defaults import DEFAULT_DRIVER_MEMORY_CHOICES
 from scalelab.spawner.allocator import GPUAllocator, RequestWithdrawn
 from scalelab.spawner.gpu_pool import PLACEHOLDER_GRACE_S, GPUPool
-from scalelab.spawner.gpu_source import DeclaredGPUs, GPUSource, source_class
-from scalelab.spawner.inventory import declared_inventory
 from scalelab.spawner.ledger import Holding
 from scalelab.spawner.metrics import QUEUE_WAIT, record_gpu_hours
 from scalelab.spawner.policy import GPUPolicy, PolicyError
@@ -222,6 +222,15 @@ class GPUSpawnerMixin(Spawner):
         stays queued or held. 0: never withdrawn for that (REST clients that do not follow the
         progress stream). A request restored after a hub restart and never started again is
         withdrawn after this long too (300 s when 0).""",
+    )
+    gpu_report_interval = Float(
+        30.0,
+        min=1.0,
+        config=True,
+        help="""Seconds between a GPU server's reports of its own GPUs' readings (NVML, read on
+        the node that holds them) to the hub, when the GPU source takes reports
+        (`gpu_source_class` `scalelab.spawner.gpu_source.ReportedGPUs`: servers on other
+        nodes, Slurm or Kubernetes). Keep it below `ReportedGPUs.max_age_s`.""",
     )
     options_template_paths = List(
         Unicode(),
@@ -524,6 +533,14 @@ class GPUSpawnerMixin(Spawner):
             return {}
         warning_s = policy.gpu_session_warning_minutes * 60
         return {envvars.GPU_DEADLINE: f"{deadline:.0f}", envvars.GPU_WARNING_S: f"{warning_s:.0f}"}
+
+    def gpu_report_environment(self) -> dict[str, str]:
+        """``SCALELAB_GPU_REPORT_S`` (``gpu_report_interval``) for a server holding GPUs when the
+        hub's GPU source takes the servers' reports (its ``wants_reports``); else nothing."""
+        pool = GPUPool.current()
+        if not self.gpu_uuids or pool is None or not getattr(pool.source, "wants_reports", False):
+            return {}
+        return {envvars.GPU_REPORT_S: f"{self.gpu_report_interval:g}"}
 
     def _watch_session(self) -> None:
         """Stop the server when its GPU session ends (files are kept); once per server."""

@@ -119,6 +119,7 @@ def hub_config(tmp_path: Path, **settings: Any) -> Config:
     c.ScaleLabKubeSpawner.gpu_queue_file = ""
     c.ScaleLabKubeSpawner.events_enabled = False
     c.ScaleLabKubeSpawner.gpu_nodes = NODES
+    c.ScaleLabKubeSpawner.gpu_source_class = "scalelab.spawner.gpu_source.ReportedGPUs"
     for key, value in settings.items():
         setattr(c.ScaleLabKubeSpawner, key, value)
     return c
@@ -172,6 +173,8 @@ async def test_pod_and_secret_manifests_of_each_profile_are_valid_kubernetes(
     else:
         assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
         assert env["CUDA_VISIBLE_DEVICES"] == ""
+    # a GPU server reports its GPUs' readings to the hub, read on its node (ReportedGPUs)
+    assert env.get("SCALELAB_GPU_REPORT_S") == ("30" if gpus else None)
     # Credentials: only in the Secret; the pod names them.
     text = json.dumps(pod)
     for clear in (HUB_TOKEN, STUDENT_KEY["secret"], STUDENT_KEY["key"], "hub-own-secret"):
