@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 import requests
+from traitlets.config import Config
 
 from scalelab.hub_ext.hub.gpu_reports import held_readings, parse_report
+from scalelab.hub_ext.server.gpu_report import GPUReporter
 from tests.hubproc import TWO_FAKE_GPUS, ScaleLabUp, running, server_environ
 
 #: What each declared GPU reads on its server: one idle, one training.
@@ -138,3 +140,23 @@ def test_the_board_and_the_idle_warning_read_what_each_server_reports(hub: Scale
     )
     assert none_held.status_code == 409
     assert "alice/second holds no GPU" in none_held.json()["message"]
+
+
+def test_a_server_reports_its_granted_gpus_or_else_every_gpu_it_sees():
+    """On a shared host the server's source sees every GPU: it reports its own. In a pod whose
+    devices the device plugin picked, it sees none of the ledger's UUIDs: it reports all."""
+    readings = {"GPU-node1-0": [10.0, 1], "GPU-node1-1": [20.0, 2]}
+    config = Config()
+    config.GPUReporter.source_class = "scalelab.spawner.gpu_source.DeclaredReadings"
+    config.DeclaredReadings.readings = readings
+    url = "http://hub/hub/api/scalelab/users/alice/gpu-readings"
+    own = GPUReporter(["GPU-node1-1"], url, "token", "", config=config)
+    assert own.read() == {"GPU-node1-1": (20.0, 2)}
+    pod = GPUReporter(["GPU-ledger-0", "GPU-ledger-1"], url, "token", "", config=config)
+    assert pod.read() == {"GPU-node1-0": (10.0, 1), "GPU-node1-1": (20.0, 2)}
+    server, parsed = parse_report(pod.body(pod.read()))
+    assert server == ""
+    assert held_readings(("GPU-ledger-0", "GPU-ledger-1"), parsed) == {
+        "GPU-ledger-0": (10.0, 1),
+        "GPU-ledger-1": (20.0, 2),
+    }
