@@ -263,7 +263,7 @@ class ScaleLabKubeSpawner(CourseSpawnerMixin, KubeSpawner):
         KubeSpawner's pod events."""
         async for event in super().progress():
             yield event
-            if self._holding is not None:
-                break
+            if self._holding is not None and "scalelab_queue" not in event:
+                break  # the GPUs were granted, and said so
         async for event in KubeSpawner.progress(self):
             yield event

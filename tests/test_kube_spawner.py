@@ -401,6 +401,34 @@ async def test_the_queue_shows_its_place_on_the_pending_page(
 
 
 @pytest.mark.asyncio
+async def test_the_pending_page_goes_from_the_queue_to_the_granted_gpu_then_the_pod(
+    fake_cluster: tuple[FakeKubeAPI, Config],
+):
+    api, config = fake_cluster
+    holders = [on_fake(api, config, n) for n in ("ann", "ben", "cat", "dan")]
+    for spawner in holders:
+        await spawner.apply_scalelab_options({"profile": "gpu-1"})
+        await spawner.start()
+    eve = on_fake(api, config, "eve")
+    await eve.apply_scalelab_options({"profile": "gpu-1"})
+    eve._spawn_pending = True  # as JupyterHub marks a start under way
+    start = asyncio.create_task(eve.start())
+    events = eve.progress()
+    messages = [(await asyncio.wait_for(anext(events), 10))["message"]]
+    freed = holders[0].gpu_uuids
+    await holders[0].stop()
+
+    async def rest() -> None:  # ScaleLab's events, then KubeSpawner's (pod events: off here)
+        async for event in events:
+            messages.append(event["message"])
+
+    await asyncio.wait_for(rest(), 15)
+    assert "in the queue" in messages[0]
+    assert messages[-1] == f"Resources granted ({freed[0]}); starting your server."
+    assert (await asyncio.wait_for(start, 30)).startswith("http://10.0.0.")
+
+
+@pytest.mark.asyncio
 async def test_caps_refuse_before_anything_reaches_kubernetes(
     fake_cluster: tuple[FakeKubeAPI, Config],
 ):
