@@ -34,6 +34,7 @@ Needs ``pip install scalelab[kube]`` (``jupyterhub-kubespawner``). KubeSpawner's
 
 from __future__ import annotations
 
+import copy
 from functools import partial
 from typing import Any
 
@@ -92,6 +93,9 @@ class ScaleLabKubeSpawner(CourseSpawnerMixin, KubeSpawner):
         unknown one is an error. Use ScaleLab's `profiles` rather than KubeSpawner's
         `profile_list`.""",
     )
+
+    #: KubeSpawner settings as they were before this start's ``profile_overrides``.
+    _before_overrides: dict[str, Any] | None = None
 
     @default("cmd")
     def _default_cmd(self) -> list[str]:
@@ -203,11 +207,16 @@ class ScaleLabKubeSpawner(CourseSpawnerMixin, KubeSpawner):
 
     async def load_user_options(self) -> None:
         """Apply ``profile_overrides`` of the granted profile (ScaleLab validated the options
-        before the GPUs were granted; KubeSpawner's ``profile_list`` is not read)."""
+        before the GPUs were granted; KubeSpawner's ``profile_list`` is not read). The settings
+        a previous start's profile changed go back to their values first: JupyterHub keeps a
+        server's spawner object from one start to the next."""
         if self._request is None:
             await self.apply_scalelab_options(self.user_options)
         assert self._request is not None
-        overrides = self.profile_overrides.get(self._request.profile.slug)
+        for name, value in (self._before_overrides or {}).items():
+            setattr(self, name, value)
+        overrides = self.profile_overrides.get(self._request.profile.slug) or {}
+        self._before_overrides = {name: copy.deepcopy(getattr(self, name)) for name in overrides}
         if overrides:
             self._apply_overrides(overrides)
 

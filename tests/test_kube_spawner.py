@@ -207,6 +207,15 @@ async def test_profile_overrides_set_kubespawner_settings_per_profile(tmp_path: 
     container = pod["spec"]["containers"][0]
     assert container["image"] == "course/cuda:2026"
     assert container["resources"]["limits"]["memory"] == 32 * 1024**3  # KubeSpawner: bytes
+    # the same server started again on the CPU profile: KubeSpawner's settings as configured
+    await spawner.release_gpus()
+    try:
+        pod, _ = await built(spawner, {"profile": "cpu"})
+    finally:
+        await spawner.api.api_client.close()
+    container = pod["spec"]["containers"][0]
+    assert container["image"] == "quay.io/jupyterhub/singleuser:latest"
+    assert "memory" not in (container["resources"].get("limits") or {})
 
 
 @pytest.mark.asyncio
