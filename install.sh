@@ -57,9 +57,9 @@ make_venv .venv
 stamp=.venv/.scalelab-install-stamp
 want=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
 if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
-  say "pip install -e .[kernels,test] (first time: several minutes)"
+  say "pip install -e .[kernels,test,kube] (first time: several minutes)"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[kernels,test]"
+  .venv/bin/python -m pip install -q -e ".[kernels,test,kube]"
   echo "$want" > "$stamp"
 fi
 

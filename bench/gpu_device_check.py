@@ -42,9 +42,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._run_info import RunInfo
+from scalelab.common.gpu_source import NVMLGPUs
 from scalelab.spawner.allocator import GPUAllocator
 from scalelab.spawner.environment import server_environment
-from scalelab.spawner.gpu_source import NVMLGPUs
 
 CHILD = """
 import json, sys, time, torch

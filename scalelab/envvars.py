@@ -21,6 +21,9 @@ GPUS = "SCALELAB_GPUS"
 GPU_DEADLINE = "SCALELAB_GPU_DEADLINE"
 #: Seconds before the deadline from which kernels warn at each cell.
 GPU_WARNING_S = "SCALELAB_GPU_WARNING_S"
+#: Seconds between the server's reports of its GPUs' readings to the hub; unset: no reports
+#: (the hub reads NVML itself). See :mod:`scalelab.hub_ext.server.gpu_report`.
+GPU_REPORT_S = "SCALELAB_GPU_REPORT_S"
 #: A folder laid out like ``shared/data`` that ``scalelab data fetch`` tries first.
 DATA_MIRROR = "SCALELAB_DATA_MIRROR"
 #: ``scalelab up``'s state folder (hub database, users' homes, the local store).

@@ -22,7 +22,7 @@ On the hub's event loop:
 - :mod:`~scalelab.spawner.local` -- :class:`ScaleLabSpawner`, course servers as local processes;
 - :mod:`~scalelab.spawner.validation` -- :func:`validate_spawner_config`, a spawner class's
   settings checked before the hub starts;
-- :mod:`~scalelab.spawner.inventory` -- the GPU inventory (NVML discovery, declared GPUs);
+- :mod:`~scalelab.common.gpu_inventory` -- the GPU inventory (NVML discovery, declared GPUs);
 - :mod:`~scalelab.spawner.queue_store` -- the GPU queue saved across hub restarts;
 - :mod:`~scalelab.spawner.hubstart` -- the hub-start work: the pool built, the saved queue
   started again;
@@ -39,8 +39,8 @@ Registered as ``scalelab`` under the ``jupyterhub.spawners`` entry point, so
 ``c.JupyterHub.spawner_class = "scalelab"`` selects it.
 """
 
+from scalelab.common.gpu_inventory import GPU, GPUInventory, discover_gpus
 from scalelab.spawner.course import CourseSpawnerMixin
-from scalelab.spawner.inventory import GPU, GPUInventory, discover_gpus
 from scalelab.spawner.local import ScaleLabSpawner
 from scalelab.spawner.validation import validate_spawner_config
 

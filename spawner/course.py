@@ -8,18 +8,20 @@ source, from :class:`~scalelab.spawner.gpu_spawner.GPUSpawnerMixin`). It adds th
 server through the standard ``Spawner`` hooks only, ``get_env()`` and ``get_args()``, so that it
 combines with any JupyterHub spawner; put it first among the bases::
 
-    from kubespawner import KubeSpawner
+    from batchspawner import SlurmSpawner
     from scalelab.spawner.course import CourseSpawnerMixin
 
-    class CourseKubeSpawner(CourseSpawnerMixin, KubeSpawner):
+    class CourseSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
         pass
 
-    c.JupyterHub.spawner_class = CourseKubeSpawner
-    c.CourseKubeSpawner.store_url = "s3://course-bucket/course"
+    c.JupyterHub.spawner_class = CourseSlurmSpawner
+    c.CourseSlurmSpawner.store_url = "s3://course-bucket/course"
 
 :class:`~scalelab.spawner.local.ScaleLabSpawner` is this layer over JupyterHub's
-``LocalProcessSpawner``. :func:`scalelab.spawner.validation.validate_spawner_config` checks a
-spawner class's settings in a hub configuration before the hub starts.
+``LocalProcessSpawner``, :class:`~scalelab.spawner.kube_spawner.ScaleLabKubeSpawner` over
+KubeSpawner (with what a pod needs besides: GPU limits, a Secret for credentials).
+:func:`scalelab.spawner.validation.validate_spawner_config` checks a spawner class's settings in
+a hub configuration before the hub starts.
 """
 
 from __future__ import annotations
@@ -264,6 +266,7 @@ class CourseSpawnerMixin(GPUSpawnerMixin):
             )
         )
         env.update(self.session_environment())
+        env.update(self.gpu_report_environment())
         env.update(livy_environment(LivySettings(parent=self)))
         self._refuse_hub_credential(env)
         return env

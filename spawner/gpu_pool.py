@@ -27,10 +27,10 @@ from typing import ClassVar, Protocol
 
 from traitlets.config import Config
 
+from scalelab.common.gpu_inventory import GPUInventory, exclude
+from scalelab.common.gpu_source import GPUSource, Reading
 from scalelab.spawner import queue_store
 from scalelab.spawner.allocator import GPUAllocator
-from scalelab.spawner.gpu_source import GPUSource, Reading
-from scalelab.spawner.inventory import GPUInventory, exclude
 from scalelab.spawner.ledger import Holding, LedgerError
 from scalelab.spawner.metrics import register_collector
 from scalelab.spawner.policy import GPUPolicy

@@ -42,19 +42,21 @@ from traitlets.config import Config
 
 from scalelab import envvars
 from scalelab.common.classsetting import configured_class
+from scalelab.common.gpu_inventory import declared_inventory
+from scalelab.common.gpu_source import DeclaredGPUs, GPUSource, source_class
 from scalelab.kernels.spark_defaults import DEFAULT_DRIVER_MEMORY_CHOICES
 from scalelab.spawner.allocator import GPUAllocator, RequestWithdrawn
 from scalelab.spawner.gpu_pool import PLACEHOLDER_GRACE_S, GPUPool
-from scalelab.spawner.gpu_source import DeclaredGPUs, GPUSource, source_class
-from scalelab.spawner.inventory import declared_inventory
 from scalelab.spawner.ledger import Holding
 from scalelab.spawner.metrics import QUEUE_WAIT, record_gpu_hours
 from scalelab.spawner.policy import GPUPolicy, PolicyError
 from scalelab.spawner.profiles import (
     OptionsError,
     Profile,
+    ProfileForbidden,
     SpawnRequest,
     check_memory_choices,
+    check_profile_access,
     default_profile,
     options_from_form,
     parse_user_options,
@@ -155,8 +157,11 @@ class GPUSpawnerMixin(Spawner):
         default_value=DEFAULT_PROFILES,
         config=True,
         help="""Profiles of the spawn form: [{"slug": "gpu-1", "display_name": "1 GPU", "gpus": 1,
-        "description": "...", "default": false}, ...]. Profiles that ask for more GPUs than the
-        hub has are hidden. Misspelt keys are an error.""",
+        "description": "...", "default": false, "groups": ["research"]}, ...]. Profiles that ask
+        for more GPUs than the hub has are hidden. `groups` (optional): the JupyterHub groups
+        whose members alone see the profile and may start it (others asking for it, with a
+        tampered form or the REST API, are refused with 403); at least one profile, the default,
+        has no `groups`. Misspelt keys are an error.""",
     )
     declared_gpus = List(
         Dict(),
@@ -217,6 +222,15 @@ class GPUSpawnerMixin(Spawner):
         stays queued or held. 0: never withdrawn for that (REST clients that do not follow the
         progress stream). A request restored after a hub restart and never started again is
         withdrawn after this long too (300 s when 0).""",
+    )
+    gpu_report_interval = Float(
+        30.0,
+        min=1.0,
+        config=True,
+        help="""Seconds between a GPU server's reports of its own GPUs' readings (NVML, read on
+        the node that holds them) to the hub, when the GPU source takes reports
+        (`gpu_source_class` `scalelab.spawner.gpu_source.ReportedGPUs`: servers on other
+        nodes, Slurm or Kubernetes). Keep it below `ReportedGPUs.max_age_s`.""",
     )
     options_template_paths = List(
         Unicode(),
@@ -305,8 +319,10 @@ class GPUSpawnerMixin(Spawner):
             raise web.HTTPError(500, f"ScaleLab is misconfigured: {exc}") from None
 
     def _offered(self, total: int) -> list[Profile]:
-        """The profiles this hub can serve: those asking for at most its ``total`` GPUs."""
-        offered = [p for p in self._profiles() if p.gpus <= total]
+        """The profiles this hub can serve to this user: those asking for at most its ``total``
+        GPUs, and open to the user's JupyterHub groups (a profile's ``groups``)."""
+        groups = self._who()[0]
+        offered = [p for p in self._profiles() if p.gpus <= total and p.open_to(groups)]
         if not offered:
             raise web.HTTPError(
                 500,
@@ -368,8 +384,10 @@ class GPUSpawnerMixin(Spawner):
         ------
         scalelab.spawner.profiles.OptionsError
             Unknown key, wrong type, unknown profile, too many GPUs for the profile, a memory
-            size not offered.
+            size not offered; :class:`~scalelab.spawner.profiles.ProfileForbidden` for a profile
+            kept for groups the user is not in.
         """
+        check_profile_access(user_options, self._profiles(), self._who()[0])
         allocator = await self.gpu_allocator()
         offered = self._offered(len(allocator.ledger.inventory))
         memory, memory_default = self.spark_memory_offer()
@@ -387,14 +405,17 @@ class GPUSpawnerMixin(Spawner):
         ------
         scalelab.spawner.refusals.OptionsRefused
             A ``tornado.web.HTTPError``: 400 for bad options (unknown key, wrong type, unknown
-            profile, too many GPUs), 409 when the user's other servers already hold their
-            share. Nothing is allocated.
+            profile, too many GPUs), 403 for a profile kept for groups the user is not in, 409
+            when the user's other servers already hold their share. Nothing is allocated.
         """
         self._request = None  # every attempt starts from its own options
         allocator = await self.gpu_allocator()
         try:
             request = await self.parse_options(user_options)
             allocator.check(self.server_key, self.user.name, request.gpus, *self._who())
+        except ProfileForbidden as exc:
+            self._forget_options()
+            raise self._refused(403, f"Profile not allowed: {exc}") from None
         except OptionsError as exc:
             self._forget_options()
             raise self._refused(400, f"Invalid server options: {exc}") from None
@@ -512,6 +533,14 @@ class GPUSpawnerMixin(Spawner):
             return {}
         warning_s = policy.gpu_session_warning_minutes * 60
         return {envvars.GPU_DEADLINE: f"{deadline:.0f}", envvars.GPU_WARNING_S: f"{warning_s:.0f}"}
+
+    def gpu_report_environment(self) -> dict[str, str]:
+        """``SCALELAB_GPU_REPORT_S`` (``gpu_report_interval``) for a server holding GPUs when the
+        hub's GPU source takes the servers' reports (its ``wants_reports``); else nothing."""
+        pool = GPUPool.current()
+        if not self.gpu_uuids or pool is None or not getattr(pool.source, "wants_reports", False):
+            return {}
+        return {envvars.GPU_REPORT_S: f"{self.gpu_report_interval:g}"}
 
     def _watch_session(self) -> None:
         """Stop the server when its GPU session ends (files are kept); once per server."""

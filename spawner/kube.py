@@ -10,18 +10,10 @@ a pod receives the GPUs its server was granted. Two ways, both as KubeSpawner tr
   runtime and ``NVIDIA_VISIBLE_DEVICES`` set to their UUIDs, and no device-plugin request; for
   clusters where ScaleLab owns the GPUs of its nodes.
 
-A spawner class for Kubernetes, as a sketch (it needs ``jupyterhub-kubespawner`` and a cluster,
-neither of which is here to test it on)::
-
-    from kubespawner import KubeSpawner
-    from scalelab.spawner.course import CourseSpawnerMixin
-    from scalelab.spawner.kube import kube_gpu_settings
-
-    class ScaleLabKubeSpawner(CourseSpawnerMixin, KubeSpawner):
-        async def _start(self):  # KubeSpawner's own start, once the GPUs are granted
-            for trait, value in kube_gpu_settings(self.gpu_uuids).items():
-                setattr(self, trait, value)
-            return await super()._start()
+The spawner class is :class:`scalelab.spawner.kube_spawner.ScaleLabKubeSpawner`; this module
+holds the pure parts it uses: the GPU settings above, the node of exactly selected GPUs
+(:func:`node_of`), and the split of a server's environment into plain variables and a Secret
+(:func:`split_secret_env`).
 
 Source of the conventions: NVIDIA k8s-device-plugin (resource ``nvidia.com/gpu``) and the
 NVIDIA container toolkit (``NVIDIA_VISIBLE_DEVICES`` takes device UUIDs; ``void`` exposes none).
@@ -29,7 +21,7 @@ NVIDIA container toolkit (``NVIDIA_VISIBLE_DEVICES`` takes device UUIDs; ``void`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 #: The device plugin's extended resource.
@@ -110,3 +102,74 @@ def kube_gpu_settings(
         "node_selector": {"kubernetes.io/hostname": node},
         "extra_pod_config": {"runtimeClassName": runtime_class},
     }
+
+
+def node_of(gpu_uuids: Sequence[str], gpu_nodes: Mapping[str, Sequence[str]]) -> str | None:
+    """The node that holds all of ``gpu_uuids`` (exact mode), or None for no GPUs.
+
+    Parameters
+    ----------
+    gpu_uuids
+        The GPUs granted to one server.
+    gpu_nodes
+        ``ScaleLabKubeSpawner.gpu_nodes``: node name (``kubernetes.io/hostname``) -> the UUIDs
+        of its GPUs.
+
+    Raises
+    ------
+    ValueError
+        A GPU on no node of ``gpu_nodes``, or GPUs on more than one node (a pod runs on one).
+    """
+    if not gpu_uuids:
+        return None
+    where = {uuid: node for node, uuids in gpu_nodes.items() for uuid in uuids}
+    unknown = [u for u in gpu_uuids if u not in where]
+    if unknown:
+        raise ValueError(
+            f"GPU(s) {', '.join(unknown)} are on no node of ScaleLabKubeSpawner.gpu_nodes: "
+            "list every GPU of the inventory under its node"
+        )
+    nodes = sorted({where[u] for u in gpu_uuids})
+    if len(nodes) > 1:
+        raise ValueError(
+            f"the granted GPUs {', '.join(gpu_uuids)} are on {len(nodes)} nodes "
+            f"({', '.join(nodes)}) and a pod runs on one: with gpu_mode 'exact', offer "
+            "multi-GPU profiles only on a cluster whose GPUs are on one node, or use 'count'"
+        )
+    return nodes[0]
+
+
+def split_secret_env(
+    env: Mapping[str, str], secret_keys: Iterable[str], secret_name: str
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """A server's environment split into what the pod spec may show and what goes in a Secret.
+
+    Parameters
+    ----------
+    env
+        The server's environment (``get_env()``): name -> value.
+    secret_keys
+        The names whose values are credentials (those missing from ``env`` are skipped).
+    secret_name
+        The Secret the pod reads them from.
+
+    Returns
+    -------
+    tuple
+        (KubeSpawner environment: the plain values, and for each secret name a
+        ``{"name", "valueFrom": {"secretKeyRef": {"name", "key"}}}`` entry; the Secret's
+        ``stringData``: secret name -> value).
+    """
+    keys = set(secret_keys)
+    plain: dict[str, Any] = {}
+    data: dict[str, str] = {}
+    for name, value in env.items():
+        if name in keys:
+            data[name] = value
+            plain[name] = {
+                "name": name,
+                "valueFrom": {"secretKeyRef": {"name": secret_name, "key": name}},
+            }
+        else:
+            plain[name] = value
+    return plain, data

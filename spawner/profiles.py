@@ -37,6 +37,11 @@ class OptionsError(ValueError):
     """Unacceptable ``user_options``; the message names the option and what is allowed."""
 
 
+class ProfileForbidden(OptionsError):
+    """``user_options`` name a profile kept for JupyterHub groups the user is not in (a
+    tampered form or a REST client: the form does not offer it)."""
+
+
 @dataclass(frozen=True)
 class Profile:
     """One choice of the spawn form.
@@ -53,6 +58,9 @@ class Profile:
         One line under the name in the form.
     default
         The profile used when none is asked for.
+    groups
+        JupyterHub groups whose members alone are offered this profile and may start it
+        (empty: everyone).
     """
 
     slug: str
@@ -60,6 +68,11 @@ class Profile:
     gpus: int = 0
     description: str = ""
     default: bool = False
+    groups: tuple[str, ...] = ()
+
+    def open_to(self, groups: Collection[str]) -> bool:
+        """Whether a member of ``groups`` (JupyterHub group names) may have this profile."""
+        return not self.groups or bool(set(self.groups) & set(groups))
 
 
 @dataclass(frozen=True)
@@ -71,7 +84,7 @@ class SpawnRequest:
     spark_driver_memory: str
 
 
-PROFILE_KEYS = frozenset({"slug", "display_name", "gpus", "description", "default"})
+PROFILE_KEYS = frozenset({"slug", "display_name", "gpus", "description", "default", "groups"})
 
 
 def profiles_from_config(entries: Sequence[Mapping[str, Any]]) -> list[Profile]:
@@ -80,8 +93,9 @@ def profiles_from_config(entries: Sequence[Mapping[str, Any]]) -> list[Profile]:
     Raises
     ------
     ValueError
-        An unknown key, a bad slug, a negative GPU count, a slug used twice, no profile at all, or
-        more than one default. The message names the profile.
+        An unknown key, a bad slug, a negative GPU count, ``groups`` not a list of group names,
+        a slug used twice, no profile at all, more than one default, a default kept for some
+        groups, or no profile open to everyone. The message names the profile.
     """
     profiles = []
     for index, entry in enumerate(entries):
@@ -99,6 +113,13 @@ def profiles_from_config(entries: Sequence[Mapping[str, Any]]) -> list[Profile]:
         gpus = entry.get("gpus", 0)
         if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
             raise ValueError(f"{where}: 'gpus' must be a whole number >= 0, not {gpus!r}")
+        groups = entry.get("groups", [])
+        if not isinstance(groups, list | tuple) or not all(
+            isinstance(g, str) and g for g in groups
+        ):
+            raise ValueError(
+                f"{where}: 'groups' must be a list of JupyterHub group names, not {groups!r}"
+            )
         profiles.append(
             Profile(
                 slug=slug,
@@ -106,6 +127,7 @@ def profiles_from_config(entries: Sequence[Mapping[str, Any]]) -> list[Profile]:
                 gpus=gpus,
                 description=str(entry.get("description", "")),
                 default=bool(entry.get("default", False)),
+                groups=tuple(groups),
             )
         )
     slugs = [p.slug for p in profiles]
@@ -115,7 +137,46 @@ def profiles_from_config(entries: Sequence[Mapping[str, Any]]) -> list[Profile]:
         raise ValueError(f"ScaleLabSpawner.profiles: a slug is used twice: {slugs}")
     if sum(p.default for p in profiles) > 1:
         raise ValueError("ScaleLabSpawner.profiles: more than one profile is marked default")
+    if not any(not p.groups for p in profiles):
+        raise ValueError(
+            "ScaleLabSpawner.profiles: every profile is kept for some groups; leave one (a "
+            "CPU-only one) without 'groups', for every student"
+        )
+    if any(p.default and p.groups for p in profiles):
+        raise ValueError(
+            "ScaleLabSpawner.profiles: the default profile is kept for some groups; mark a "
+            "profile without 'groups' as the default"
+        )
     return profiles
+
+
+def check_profile_access(
+    options: Mapping[str, Any] | None, profiles: Sequence[Profile], groups: Collection[str]
+) -> None:
+    """Refuse ``user_options`` that ask for a profile kept for groups the user is not in.
+
+    Parameters
+    ----------
+    options
+        Untrusted ``user_options``.
+    profiles
+        Every configured profile (those offered to the user and the others).
+    groups
+        The user's JupyterHub group names.
+
+    Raises
+    ------
+    ProfileForbidden
+        The message names the profile and its groups.
+    """
+    slug = (options or {}).get("profile")
+    profile = next((p for p in profiles if p.slug == slug), None)
+    if profile is not None and not profile.open_to(groups):
+        raise ProfileForbidden(
+            f"profile {profile.slug!r} is for members of the group(s) "
+            f"{', '.join(profile.groups)} only; pick another profile, or ask the course's "
+            "operators to add you to one of these groups"
+        )
 
 
 def default_profile(profiles: Sequence[Profile]) -> Profile:

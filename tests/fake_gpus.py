@@ -19,7 +19,7 @@ from pathlib import Path
 
 from traitlets import Unicode
 
-from scalelab.spawner.gpu_source import DeclaredGPUs, Reading
+from scalelab.common.gpu_source import DeclaredGPUs, Reading
 
 #: The source's import path, for ``c.<Spawner>.gpu_source_class``.
 IMPORT_PATH = "tests.fake_gpus.FileReadingsGPUs"

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import pytest
 from traitlets.config import Config
 
+from scalelab.common.gpu_inventory import discover_gpus, nvml_busy, nvml_processes
+from scalelab.common.gpu_source import NVMLGPUs
 from scalelab.spawner import ScaleLabSpawner
 from scalelab.spawner.allocator import GPUAllocator
 from scalelab.spawner.gpu_pool import GPUPool
-from scalelab.spawner.gpu_source import NVMLGPUs
-from scalelab.spawner.inventory import discover_gpus, nvml_busy, nvml_processes
 
 MIB = 1024 * 1024
 

@@ -15,11 +15,11 @@ import pytest
 import pytest_asyncio
 from traitlets.config import Config
 
+from scalelab.common.gpu_source import DeclaredGPUs, NVMLGPUs, source_class
 from scalelab.common.strictconfig import UnknownSettingError
 from scalelab.hub_ext.hub.gpu_board import board_model
 from scalelab.spawner import ScaleLabSpawner
 from scalelab.spawner.gpu_pool import GPUPool
-from scalelab.spawner.gpu_source import DeclaredGPUs, NVMLGPUs, source_class
 from scalelab.spawner.ledger import Holding
 from tests.fake_gpus import IMPORT_PATH, FileReadingsGPUs
 

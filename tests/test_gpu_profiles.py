@@ -6,7 +6,9 @@ import pytest
 
 from scalelab.spawner.profiles import (
     OptionsError,
+    ProfileForbidden,
     check_memory_choices,
+    check_profile_access,
     options_from_form,
     parse_user_options,
     profiles_from_config,
@@ -91,6 +93,13 @@ def test_a_form_gpu_count_is_a_number_and_one_the_profile_lacks_is_refused_as_su
         ([{"slug": "g", "gpus": -1}], "'gpus' must be a whole number >= 0"),
         ([{"slug": "a"}, {"slug": "a"}], "a slug is used twice"),
         ([{"slug": "a", "default": True}, {"slug": "b", "default": True}], "more than one"),
+        ([{"slug": "a"}, {"slug": "g", "groups": "research"}], "'groups' must be a list"),
+        ([{"slug": "a"}, {"slug": "g", "groups": [""]}], "'groups' must be a list"),
+        ([{"slug": "g", "groups": ["research"]}], "every profile is kept for some groups"),
+        (
+            [{"slug": "a"}, {"slug": "g", "groups": ["r"], "default": True}],
+            "the default profile is kept for some groups",
+        ),
     ],
 )
 def test_bad_profile_configuration_is_refused(entries, message):
@@ -102,3 +111,16 @@ def test_memory_choices_must_be_jvm_sizes():
     assert check_memory_choices(["512m", "2g"]) == ["512m", "2g"]
     with pytest.raises(ValueError, match="sizes like"):
         check_memory_choices(["2 GB"])
+
+
+def test_a_group_profile_is_open_to_its_groups_members_only():
+    profiles = profiles_from_config(
+        [{"slug": "cpu"}, {"slug": "gpu-4", "gpus": 4, "groups": ["research", "staff"]}]
+    )
+    gpu4 = profiles[1]
+    assert gpu4.open_to(["staff"]) and not gpu4.open_to(["course"]) and profiles[0].open_to([])
+    check_profile_access({"profile": "gpu-4"}, profiles, ["course", "research"])  # a member
+    check_profile_access({"profile": "cpu"}, profiles, [])
+    check_profile_access({"profile": "nope"}, profiles, [])  # unknown: parse_user_options' part
+    with pytest.raises(ProfileForbidden, match="group\\(s\\) research, staff only"):
+        check_profile_access({"profile": "gpu-4"}, profiles, ["course"])

@@ -124,7 +124,7 @@ def test_an_operators_spawner_class_is_checked_by_its_own_name_and_the_mixins():
         (
             "scalelab.spawner.policy.GPUPolicy",
             "c.ScaleLabSpawner.gpu_source_class = 'scalelab.spawner.policy.GPUPolicy' is not a "
-            "scalelab.spawner.gpu_source.GPUSource",
+            "scalelab.common.gpu_source.GPUSource",
         ),
     ],
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scalelab.spawner.kube import kube_gpu_settings, resource_limits
+from scalelab.spawner.kube import kube_gpu_settings, node_of, resource_limits, split_secret_env
 
 
 def test_count_mode_asks_the_device_plugin_for_as_many_gpus_as_granted():
@@ -46,3 +46,28 @@ def test_bad_requests_are_refused(call, message):
 def test_other_resource_names_for_other_device_plugins():
     assert resource_limits(1, "amd.com/gpu") == {"amd.com/gpu": "1"}
     assert resource_limits(0) == {}
+
+
+NODES = {"n1": ["GPU-a", "GPU-b"], "n2": ["GPU-c"]}
+
+
+def test_exact_gpus_are_placed_on_their_one_node():
+    assert node_of(["GPU-b", "GPU-a"], NODES) == "n1"
+    assert node_of([], NODES) is None
+    with pytest.raises(ValueError, match=r"on 2 nodes \(n1, n2\) and a pod runs on one"):
+        node_of(["GPU-a", "GPU-c"], NODES)
+    with pytest.raises(ValueError, match=r"GPU-z are on no node of ScaleLabKubeSpawner\.gpu_nodes"):
+        node_of(["GPU-z"], NODES)
+
+
+def test_credentials_leave_the_environment_for_a_secret():
+    env = {"A": "1", "TOKEN": "t0k3n", "SCALELAB_STORE_OPTIONS": '{"key": "k"}'}
+    plain, data = split_secret_env(env, ["TOKEN", "SCALELAB_STORE_OPTIONS", "ABSENT"], "s1")
+    assert data == {"TOKEN": "t0k3n", "SCALELAB_STORE_OPTIONS": '{"key": "k"}'}
+    assert plain["A"] == "1"
+    assert plain["TOKEN"] == {
+        "name": "TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "s1", "key": "TOKEN"}},
+    }
+    assert list(plain) == list(env)  # the order is kept
+    assert "t0k3n" not in repr(plain)

@@ -18,6 +18,7 @@ from jupyterhub.objects import Hub
 from jupyterhub.spawner import LocalProcessSpawner, Spawner
 from traitlets.config import Config
 
+from scalelab.common.gpu_inventory import discover_nvml
 from scalelab.kernels.spark_defaults import (
     DEFAULT_DRIVER_MEMORY,
     DEFAULT_DRIVER_MEMORY_CHOICES,
@@ -27,7 +28,6 @@ from scalelab.spawner import CourseSpawnerMixin, ScaleLabSpawner
 from scalelab.spawner.environment import server_args, server_environment
 from scalelab.spawner.gpu_pool import GPUPool
 from scalelab.spawner.gpu_spawner import GPUSpawnerMixin
-from scalelab.spawner.inventory import discover_nvml
 
 
 def test_registered_under_the_jupyterhub_spawners_entry_point():

@@ -26,10 +26,10 @@ from jupyterhub.handlers.base import BaseHandler
 from jupyterhub.scopes import needs_scope
 from tornado import web
 
+from scalelab.common.gpu_inventory import GPUInventory
+from scalelab.common.gpu_source import Reading
 from scalelab.spawner.allocator import GPUAllocator
 from scalelab.spawner.gpu_pool import GPUPool
-from scalelab.spawner.gpu_source import Reading
-from scalelab.spawner.inventory import GPUInventory
 
 
 def board_model(

@@ -56,6 +56,9 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     from scalelab.hub_ext.server import notices
 
     notices.setup(serverapp)  # POST /scalelab/api/notice: warnings from the hub to the student
+    from scalelab.hub_ext.server import gpu_report
+
+    gpu_report.setup(serverapp)  # this server's GPU readings to the hub (SCALELAB_GPU_REPORT_S)
     from scalelab.hub_ext.server import spark_ui
 
     spark_ui.setup(serverapp)  # <base_url>sparkui/<port>/: the Spark UI, whole, behind the hub

@@ -293,7 +293,7 @@ def check_homes(home_root: str) -> Check:
 
 def check_gpus(declared: Sequence[Mapping[str, Any]], excluded: Sequence[str]) -> Check:
     """NVML and the GPU inventory, as the spawner builds it; no GPU is a warning."""
-    from scalelab.spawner.inventory import declared_inventory, discover_nvml, exclude
+    from scalelab.common.gpu_inventory import declared_inventory, discover_nvml, exclude
 
     try:
         inventory = declared_inventory(declared) if declared else discover_nvml()

@@ -46,12 +46,21 @@ CONFIG_CLASSES: tuple[ConfigClass, ...] = (
         "hub",
         includes=("CourseSpawnerMixin", "GPUSpawnerMixin", "ServerLogMixin"),
     ),
+    ConfigClass(
+        "ScaleLabKubeSpawner",
+        "scalelab.spawner.kube_spawner",
+        "hub",
+        includes=("CourseSpawnerMixin", "GPUSpawnerMixin"),
+    ),
     ConfigClass("GPUPolicy", "scalelab.spawner.policy", "hub"),
+    ConfigClass("ReportedGPUs", "scalelab.common.gpu_source", "hub"),
     ConfigClass("S3KeyFile", "scalelab.spawner.store_identity", "hub"),
     ConfigClass("HDFSUserIdentity", "scalelab.spawner.store_identity", "hub"),
     ConfigClass("ScaleLabCulling", "scalelab.hub_ext.services.culling", "hub"),
     ConfigClass("LivySettings", "scalelab.kernels.livy", "hub"),
     ConfigClass("StoreDrive", "scalelab.hub_ext.server.store_drive", "server"),
+    ConfigClass("GPUReporter", "scalelab.hub_ext.server.gpu_report", "server"),
+    ConfigClass("DeclaredReadings", "scalelab.common.gpu_source", "server"),
 )
 
 

@@ -7,7 +7,7 @@ runs CPU-only. With MIG mode on, each MIG instance is an allocatable device of i
 by its ``MIG-...`` UUID, which ``CUDA_VISIBLE_DEVICES`` accepts.
 
 Every NVML call here blocks; the hub reaches them through its GPU source
-(:class:`scalelab.spawner.gpu_source.NVMLGPUs`), which its GPU pool asks in a worker thread, or
+(:class:`scalelab.common.gpu_source.NVMLGPUs`), which its GPU pool asks in a worker thread, or
 through :func:`discover_gpus` and :func:`nvml_busy`, which run them in one.
 """
 

@@ -1,0 +1,278 @@
+"""ScaleLab on Kubernetes: :class:`ScaleLabKubeSpawner`, the course layer over KubeSpawner.
+
+``jupyterhub-kubespawner`` (Zero to JupyterHub's spawner) makes the pod; ScaleLab adds, before
+and around it:
+
+- **GPUs granted before the pod exists.** ScaleLab's allocator (ledger, per-user/group/dated
+  caps, fair queue) grants the GPUs first; only then is the pod created, asking for exactly
+  them: ``gpu_mode = "count"`` asks the NVIDIA device plugin for as many ``nvidia.com/gpu``
+  (limits and requests), ``"exact"`` pins the granted devices by UUID on their node
+  (``gpu_nodes``) with the NVIDIA container runtime. A student beyond the inventory waits in
+  ScaleLab's queue with a visible place and estimate (the pending page), instead of a pod that
+  stays ``Pending`` until KubeSpawner's ``start_timeout``; Stop Server withdraws the request.
+- **Group-restricted GPU profiles.** A profile with ``"groups": [...]`` (``profiles``) is offered
+  to and accepted from members of those JupyterHub groups only; a tampered form or REST call
+  asking for it is refused with 403 before anything is allocated.
+- **Credentials in a Secret.** The store's per-student credentials (``SCALELAB_STORE_OPTIONS``
+  and the store identity's variables) and the server's hub token are put in a Secret of the
+  server's own (``<pod name>-scalelab``, created just before the pod, deleted with it); the pod
+  spec names them only as ``valueFrom.secretKeyRef``.
+- **The course environment**: the store, Spark, ScaleLab's kernels, Livy, the GPU session
+  deadline, as on the local spawner (:class:`~scalelab.spawner.course.CourseSpawnerMixin`).
+- **Per-profile pod settings**: ``profile_overrides`` maps a ScaleLab profile to KubeSpawner
+  settings (an image with CUDA, memory limits), in place of KubeSpawner's ``profile_list``.
+
+Configuration::
+
+    c.JupyterHub.spawner_class = "scalelab.spawner.kube_spawner.ScaleLabKubeSpawner"
+    c.ScaleLabKubeSpawner.store_url = "s3://course/course"
+    c.ScaleLabKubeSpawner.declared_gpus = [{"uuid": "GPU-node1-0"}, ...]  # the cluster's GPUs
+
+Needs ``pip install scalelab[kube]`` (``jupyterhub-kubespawner``). KubeSpawner's own settings
+(``image``, ``namespace``, ``cpu_limit``, storage...) are ``c.ScaleLabKubeSpawner.<setting>``.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import partial
+from typing import Any
+
+from jupyterhub.spawner import SpawnException
+from jupyterhub.utils import exponential_backoff
+from kubernetes_asyncio.client import V1ObjectMeta, V1Secret
+from kubespawner import KubeSpawner
+from traitlets import Dict, Enum, List, TraitError, Unicode, default, validate
+
+from scalelab import envvars
+from scalelab.spawner.course import CourseSpawnerMixin
+from scalelab.spawner.kube import GPU_RESOURCE, kube_gpu_settings, node_of, split_secret_env
+
+#: Server environment variables that are credentials, besides the store identity's own.
+CREDENTIAL_VARIABLES = (envvars.STORE_OPTIONS, "JUPYTERHUB_API_TOKEN", "JPY_API_TOKEN")
+
+
+class ScaleLabKubeSpawner(CourseSpawnerMixin, KubeSpawner):
+    """KubeSpawner with ScaleLab's course layer (see the module docstring)."""
+
+    gpu_mode = Enum(
+        ["count", "exact"],
+        default_value="count",
+        config=True,
+        help="""How a pod gets the GPUs ScaleLab granted. `count`: as many `gpu_resource` as
+        granted in its limits and requests (the NVIDIA device plugin picks the devices on the
+        node the pod lands on; ScaleLab's ledger counts them). `exact`: the granted devices by
+        UUID (`NVIDIA_VISIBLE_DEVICES`) on their node (`gpu_nodes`) with the RuntimeClass
+        `gpu_runtime_class`, no device-plugin request: for nodes whose GPUs ScaleLab alone
+        hands out.""",
+    )
+    gpu_resource = Unicode(
+        GPU_RESOURCE,
+        config=True,
+        help="The device plugin's extended resource (`count` mode), e.g. `amd.com/gpu`.",
+    )
+    gpu_runtime_class = Unicode(
+        "nvidia",
+        config=True,
+        help="The RuntimeClass of the NVIDIA container runtime (`exact` mode).",
+    )
+    gpu_nodes = Dict(
+        key_trait=Unicode(),
+        value_trait=List(Unicode()),
+        config=True,
+        help="""`exact` mode: node name (its `kubernetes.io/hostname`) -> the UUIDs of its GPUs,
+        every GPU of the inventory under its node: {"gpu-node-1": ["GPU-...", "GPU-..."]}.
+        The GPUs granted to one server must be on one node.""",
+    )
+    profile_overrides = Dict(
+        value_trait=Dict(),
+        config=True,
+        help="""KubeSpawner settings per ScaleLab profile slug, applied when a server of that
+        profile starts (as KubeSpawner's `kubespawner_override`): {"gpu-1": {"image":
+        "registry/course-cuda:2026", "mem_limit": "32G"}}. Keys are KubeSpawner settings; an
+        unknown one is an error. Use ScaleLab's `profiles` rather than KubeSpawner's
+        `profile_list`.""",
+    )
+
+    #: KubeSpawner settings as they were before this start's ``profile_overrides``.
+    _before_overrides: dict[str, Any] | None = None
+
+    @default("cmd")
+    def _default_cmd(self) -> list[str]:
+        # KubeSpawner's default (None: the image's command) drops the server arguments, and
+        # with them ScaleLab's kernel allow-list.
+        return ["jupyterhub-singleuser"]
+
+    @validate("profile_overrides")
+    def _check_overrides(self, proposal: Any) -> dict:
+        for slug, overrides in proposal.value.items():
+            unknown = sorted(k for k in overrides if not self.has_trait(k))
+            if unknown:
+                raise TraitError(
+                    f"ScaleLabKubeSpawner.profile_overrides[{slug!r}]: {unknown} are not "
+                    "KubeSpawner settings"
+                )
+        return proposal.value
+
+    # -- what the pod gets -----------------------------------------------------------------------
+
+    @property
+    def store_secret_name(self) -> str:
+        """The name of this server's Secret: ``<pod name>-scalelab``."""
+        return f"{self.pod_name}-scalelab"
+
+    def gpu_settings(self) -> dict[str, Any]:
+        """The granted GPUs as pod settings (:func:`~scalelab.spawner.kube.kube_gpu_settings`).
+
+        Raises
+        ------
+        jupyterhub.spawner.SpawnException
+            ``exact`` mode and the granted GPUs are on no node, or on several.
+        """
+        node = None
+        if self.gpu_mode == "exact":
+            try:
+                node = node_of(self.gpu_uuids, self.gpu_nodes)
+            except ValueError as exc:
+                raise SpawnException(
+                    "Your server cannot start: its GPUs cannot be placed; ask the course's "
+                    "operators (the hub's log says why).",
+                    log_message=f"{self.server_key}: {exc}",
+                ) from None
+        return kube_gpu_settings(
+            self.gpu_uuids,
+            mode=self.gpu_mode,
+            node=node,
+            runtime_class=self.gpu_runtime_class,
+            resource=self.gpu_resource,
+        )
+
+    def secret_keys(self) -> list[str]:
+        """The server environment variables that go in its Secret: the hub token, the store's
+        options and the store identity's variables."""
+        identity_env = self.store_identity.server_environment(self.user.name, self.store_url)
+        return [*CREDENTIAL_VARIABLES, *identity_env]
+
+    def _environment(self) -> dict[str, str]:
+        """The course environment with this pod's GPU variables (see :meth:`get_env`)."""
+        env = super().get_env()
+        if self.gpu_mode == "count" and self.gpu_uuids:
+            # The device plugin picks the devices: the ledger's UUIDs are not the pod's.
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+            env.pop("NVIDIA_VISIBLE_DEVICES", None)
+        env.update(self.gpu_settings()["environment"])
+        return env
+
+    def get_env(self) -> dict[str, Any]:
+        """The course environment (:meth:`CourseSpawnerMixin.get_env
+        <scalelab.spawner.course.CourseSpawnerMixin.get_env>`) for the pod: credentials as
+        ``valueFrom.secretKeyRef`` of :attr:`store_secret_name`, never as values.
+
+        Raises
+        ------
+        ValueError, jupyterhub.spawner.SpawnException
+            As the course layer's; :meth:`gpu_settings`.
+        """
+        plain, _ = split_secret_env(self._environment(), self.secret_keys(), self.store_secret_name)
+        return plain
+
+    def get_store_secret_manifest(self) -> V1Secret:
+        """The Secret holding this server's credentials (``stringData``; see :meth:`get_env`)."""
+        _, data = split_secret_env(self._environment(), self.secret_keys(), self.store_secret_name)
+        labels = self._build_common_labels(self._expand_all(self.extra_labels))
+        annotations = self._build_common_annotations(self._expand_all(self.extra_annotations))
+        return V1Secret(
+            api_version="v1",
+            kind="Secret",
+            metadata=V1ObjectMeta(
+                name=self.store_secret_name, labels=labels, annotations=annotations
+            ),
+            type="Opaque",
+            string_data=data,
+        )
+
+    async def get_pod_manifest(self):
+        """KubeSpawner's pod, with the granted GPUs: resource limits and requests (``count``),
+        or node selector and RuntimeClass (``exact``)."""
+        pod = await super().get_pod_manifest()
+        gpu = self.gpu_settings()
+        resources = pod.spec.containers[0].resources
+        resources.limits = {**(resources.limits or {}), **gpu["extra_resource_limits"]}
+        resources.requests = {**(resources.requests or {}), **gpu["extra_resource_guarantees"]}
+        if "node_selector" in gpu:
+            pod.spec.node_selector = {**(pod.spec.node_selector or {}), **gpu["node_selector"]}
+        if "extra_pod_config" in gpu:
+            pod.spec.runtime_class_name = gpu["extra_pod_config"]["runtimeClassName"]
+        return pod
+
+    async def load_user_options(self) -> None:
+        """Apply ``profile_overrides`` of the granted profile (ScaleLab validated the options
+        before the GPUs were granted; KubeSpawner's ``profile_list`` is not read). The settings
+        a previous start's profile changed go back to their values first: JupyterHub keeps a
+        server's spawner object from one start to the next."""
+        if self._request is None:
+            await self.apply_scalelab_options(self.user_options)
+        assert self._request is not None
+        for name, value in (self._before_overrides or {}).items():
+            setattr(self, name, value)
+        overrides = self.profile_overrides.get(self._request.profile.slug) or {}
+        self._before_overrides = {name: copy.deepcopy(getattr(self, name)) for name in overrides}
+        if overrides:
+            self._apply_overrides(overrides)
+
+    # -- create and delete -----------------------------------------------------------------------
+
+    async def _start(self):
+        """The student's home in the store where the store needs the hub to make it, then
+        KubeSpawner's start (options, Secret, pod)."""
+        await self.prepare_store_home()
+        return await super()._start()
+
+    async def _make_create_pod_request(self, pod, request_timeout):
+        """Create the server's Secret, then the pod. A leftover pod of the same name is deleted
+        first, so that KubeSpawner's own conflict handling (a stop, which would give back the
+        GPUs just granted) never runs."""
+        await exponential_backoff(
+            partial(self._ensure_not_exists, "pod", self.pod_name),
+            f"Could not delete the leftover pod {self.pod_name}",
+            timeout=self.k8s_api_request_retry_timeout,
+        )
+        await self._replace_resource("secret", self.get_store_secret_manifest())
+        return await super()._make_create_pod_request(pod, request_timeout)
+
+    async def _replace_resource(self, kind: str, manifest: Any) -> None:
+        name = manifest.metadata.name
+        await exponential_backoff(
+            partial(self._ensure_not_exists, kind, name),
+            f"Could not delete the old {kind} {name}",
+            timeout=self.k8s_api_request_retry_timeout,
+        )
+        await exponential_backoff(
+            partial(self._make_create_resource_request, kind, manifest),
+            f"Could not create {kind} {name}",
+            timeout=self.k8s_api_request_retry_timeout,
+        )
+
+    async def stop(self, now=False):
+        """Delete the pod (KubeSpawner), give back the GPUs (ScaleLab), delete the Secret."""
+        try:
+            await super().stop(now=now)
+        finally:
+            try:
+                await exponential_backoff(
+                    partial(self._ensure_not_exists, "secret", self.store_secret_name),
+                    f"Could not delete secret {self.store_secret_name}",
+                    timeout=self.k8s_api_request_retry_timeout,
+                )
+            except TimeoutError as exc:
+                self.log.error("%s: its Secret stays: %s", self.server_key, exc)
+
+    async def progress(self):
+        """ScaleLab's queue place and estimate while the GPUs are not granted, then
+        KubeSpawner's pod events."""
+        async for event in super().progress():
+            yield event
+            if self._holding is not None and "scalelab_queue" not in event:
+                break  # the GPUs were granted, and said so
+        async for event in KubeSpawner.progress(self):
+            yield event

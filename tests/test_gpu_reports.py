@@ -1,0 +1,162 @@
+"""GPU readings where the GPU is: each GPU server reads its own GPUs and reports them to the hub.
+
+Through a real hub (``scalelab up``) and real single-user servers: the hub's GPU source is
+``ReportedGPUs`` (no NVML on the hub); each server reads its GPUs through
+``DeclaredReadings`` (this machine has no GPU: declared readings, configured as the servers'
+``c.GPUReporter.source_class``, where a GPU node uses NVML) and posts them with its own token.
+The GPU board, and the GPU monitor's idle warning through it, show the server's readings.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from traitlets.config import Config
+
+from scalelab.hub_ext.hub.gpu_reports import held_readings, parse_report
+from scalelab.hub_ext.server.gpu_report import GPUReporter
+from tests.hubproc import TWO_FAKE_GPUS, ScaleLabUp, running, server_environ
+
+#: What each declared GPU reads on its server: one idle, one training.
+DECLARED = {"GPU-fake-0000": [0.0, 512], "GPU-fake-0001": [87.5, 30000]}
+
+
+def test_a_report_is_read_strictly():
+    server, readings = parse_report(
+        {"server": "", "gpus": [{"uuid": "GPU-a", "utilization_pct": 3, "memory_used_mib": 7}]}
+    )
+    assert (server, readings) == ("", [("GPU-a", (3.0, 7))])
+    for bad, message in [
+        ({"gpus": [{"uuid": "GPU-a", "utilization_pct": 120}]}, "from 0 to 100"),
+        ({"gpus": [{"utilization_pct": 1}]}, "needs a 'uuid'"),
+        ({"gpus": [{"uuid": "G", "utilization_pct": 1, "memory_used_mib": -1}]}, ">= 0"),
+        ({"server": "", "gpus": [], "extra": 1}, "a report is"),
+        ([], "a report is"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            parse_report(bad)
+
+
+def test_readings_go_to_the_held_gpus_by_uuid_else_in_order():
+    held = ("GPU-ledger-0", "GPU-ledger-1")
+    # the device plugin's devices, whose UUIDs are not the ledger's
+    assert held_readings(held, [("GPU-x", (1.0, 1)), ("GPU-y", (2.0, 2))]) == {
+        "GPU-ledger-0": (1.0, 1),
+        "GPU-ledger-1": (2.0, 2),
+    }
+    assert held_readings(held, [("GPU-x", (1.0, 1)), ("GPU-ledger-0", (9.0, None))]) == {
+        "GPU-ledger-0": (9.0, None),
+        "GPU-ledger-1": (1.0, 1),
+    }
+    assert held_readings(("GPU-ledger-0",), [("a", (1.0, 1)), ("b", (2.0, 2))]) == {
+        "GPU-ledger-0": (1.0, 1)
+    }
+
+
+@pytest.fixture
+def hub(tmp_path: Path):
+    server_args = [
+        "--GPUReporter.source_class=scalelab.spawner.gpu_source.DeclaredReadings",
+        f"--DeclaredReadings.readings={json.dumps(DECLARED)}",
+    ]
+    up = ScaleLabUp(
+        tmp_path / "state",
+        extra_config=TWO_FAKE_GPUS
+        + "c.ScaleLabSpawner.gpu_source_class = 'scalelab.spawner.gpu_source.ReportedGPUs'\n"
+        + "c.ScaleLabSpawner.gpu_report_interval = 1\n"
+        + f"c.ScaleLabSpawner.args = {server_args!r}\n"
+        + "c.ScaleLabCulling.poll_interval = 2\n"
+        + "c.ScaleLabCulling.gpu_idle_timeout = 40\n"
+        + "c.ScaleLabCulling.gpu_idle_warning = 5\n",
+    )
+    with running(up):
+        yield up
+
+
+def _board(hub: ScaleLabUp) -> dict[str, dict]:
+    return {g["uuid"]: g for g in hub.api("GET", "/scalelab/gpus").json()["gpus"]}
+
+
+def _wait(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if found := predicate():
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting until {what}")
+
+
+def _notice(hub: ScaleLabUp, user: str) -> dict | None:
+    url = f"{hub.url}/user/{user}/scalelab/api/notice"
+    return requests.get(url, headers=hub.auth, timeout=30).json()
+
+
+@pytest.mark.integration
+def test_the_board_and_the_idle_warning_read_what_each_server_reports(hub: ScaleLabUp):
+    hub.start_server("alice", {"profile": "gpu-1"})
+    hub.start_server("bob", {"profile": "gpu-1"})
+    holder = {g["holder"]["user"]: u for u, g in _board(hub).items() if g["holder"]}
+    assert sorted(holder) == ["alice", "bob"]
+    assert server_environ(hub, "alice")["SCALELAB_GPU_REPORT_S"] == "1"
+
+    def reported():
+        board = _board(hub)
+        return all(board[u]["utilization_pct"] is not None for u in holder.values()) and board
+
+    board = _wait(reported, 60, "both servers' readings are on the board")
+    for uuid in holder.values():
+        util, used = DECLARED[uuid]
+        assert (board[uuid]["utilization_pct"], board[uuid]["memory_used_mib"]) == (util, used)
+
+    # the idle GPU's student is warned by the GPU monitor; the training one is not
+    idle, busy = sorted(holder, key=lambda user: DECLARED[holder[user]][0])
+    message = _wait(lambda: _notice(hub, idle), 60, f"{idle} is warned")["message"]
+    assert f"Your GPU(s) {holder[idle]} have been idle" in message
+    assert _notice(hub, busy) is None
+
+    # a server reports for its own user only, and only GPUs its server holds
+    token = server_environ(hub, "alice")["JUPYTERHUB_API_TOKEN"]
+    body = {"server": "", "gpus": [{"uuid": holder["bob"], "utilization_pct": 0.0}]}
+    forged = requests.post(
+        f"{hub.url}/hub/api/scalelab/users/bob/gpu-readings",
+        headers={"Authorization": f"token {token}"},
+        json=body,
+        timeout=30,
+    )
+    # JupyterHub's answer to a token without the scope on that user: 404, "No access"
+    assert forged.status_code == 404, forged.text
+    assert "No access" in forged.json()["message"]
+    assert _board(hub)[holder["bob"]]["utilization_pct"] == DECLARED[holder["bob"]][0]
+    other = {"server": "second", "gpus": body["gpus"]}
+    none_held = requests.post(
+        f"{hub.url}/hub/api/scalelab/users/alice/gpu-readings",
+        headers={"Authorization": f"token {token}"},
+        json=other,
+        timeout=30,
+    )
+    assert none_held.status_code == 409
+    assert "alice/second holds no GPU" in none_held.json()["message"]
+
+
+def test_a_server_reports_its_granted_gpus_or_else_every_gpu_it_sees():
+    """On a shared host the server's source sees every GPU: it reports its own. In a pod whose
+    devices the device plugin picked, it sees none of the ledger's UUIDs: it reports all."""
+    readings = {"GPU-node1-0": [10.0, 1], "GPU-node1-1": [20.0, 2]}
+    config = Config()
+    config.GPUReporter.source_class = "scalelab.spawner.gpu_source.DeclaredReadings"
+    config.DeclaredReadings.readings = readings
+    url = "http://hub/hub/api/scalelab/users/alice/gpu-readings"
+    own = GPUReporter(["GPU-node1-1"], url, "token", "", config=config)
+    assert own.read() == {"GPU-node1-1": (20.0, 2)}
+    pod = GPUReporter(["GPU-ledger-0", "GPU-ledger-1"], url, "token", "", config=config)
+    assert pod.read() == {"GPU-node1-0": (10.0, 1), "GPU-node1-1": (20.0, 2)}
+    server, parsed = parse_report(pod.body(pod.read()))
+    assert server == ""
+    assert held_readings(("GPU-ledger-0", "GPU-ledger-1"), parsed) == {
+        "GPU-ledger-0": (10.0, 1),
+        "GPU-ledger-1": (20.0, 2),
+    }
