@@ -311,7 +311,7 @@ TASK_PLACE = "[barrier task {partition} ran in executor {executor} on {host}]"
 _TASK_PLACE = re.compile(r"\[barrier task (\d+) ran in executor (\S+) on (\S+)\]")
 OUTPUT_BEGIN, OUTPUT_END = "[TorchDistributor task output]", "[end of task output]"
 #: Seconds to wait for the driver's UI to know where the failed barrier task ran.
-TASK_PLACE_WAIT_S = 3.0
+TASK_PLACE_WAIT_S = 10.0
 #: Lines of the failed rank's traceback quoted.
 RANK_LINES_SHOWN = 8
 

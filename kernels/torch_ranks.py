@@ -27,7 +27,6 @@ import re
 import sys
 import threading
 import types
-import urllib.request
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -177,6 +176,8 @@ def root_cause(lines: Sequence[str]) -> dict[str, str]:
 def task_places(ui_url: str, app_id: str, stage: int, attempt: int = 0) -> dict[int, dict]:
     """Where each task of ``stage`` ran, from the driver's UI REST API: partition ->
     ``{"executor": id, "host": host, "status": ...}``; empty when the UI does not answer."""
+    import urllib.request  # only here: not at every kernel's start
+
     url = f"{ui_url.rstrip('/')}/api/v1/applications/{app_id}/stages/{stage}/{attempt}/taskList"
     try:
         with urllib.request.urlopen(f"{url}?length=10000", timeout=5) as response:
