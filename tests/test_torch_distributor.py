@@ -303,3 +303,58 @@ def test_interrupting_the_cell_stops_every_rank_and_frees_the_task_slots(
         again = kernel.run(AFTER, timeout_s=300)
     assert again["error"] is None, again
     assert again["result"] == "2"  # both task slots were free for the next barrier job
+
+
+#: Ranks that report 2 epochs, then wait (up to 2 minutes) for the test to have seen the
+#: table's rows in the cell's output before they end: the job ends only after the rows came.
+PROGRESS = """
+from pyspark.ml.torch.distributor import TorchDistributor
+from scalelab.kernels.train_progress import TrainingProgress
+
+def train(progress, flag):
+    import os, time
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    for epoch in range(2):
+        progress.report(epoch=epoch, loss=1.0 / (epoch + 1), samples_per_s=100.0 * (epoch + 1))
+    deadline = time.monotonic() + 120
+    while not os.path.exists(flag):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the notebook never showed the progress rows")
+        time.sleep(0.2)
+    dist.barrier()
+    return "done"
+
+with TrainingProgress() as progress:
+    outcome = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(
+        train, progress.reporter(), FLAG
+    )
+outcome, len(progress.rows)
+"""
+
+
+def test_every_ranks_epochs_reach_the_notebooks_table_while_the_job_runs(
+    kernel_environment: dict[str, str], two_workers: str, tmp_path: Path
+):
+    env = _cluster_kernel_env(kernel_environment, two_workers, tmp_path / "logs")
+    flag = tmp_path / "rows-seen"
+    seen: list[str] = []
+
+    def hook(msg: dict) -> None:
+        if msg["msg_type"] in ("display_data", "update_display_data"):
+            text = msg["content"]["data"].get("text/plain", "")
+            seen.append(text)
+            rows = [line.split() for line in text.splitlines()[1:]]
+            if {(r[0], r[1]) for r in rows} >= {("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")}:
+                flag.touch()  # every rank's epochs, while the job still waits on this
+
+    with Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as kernel:
+        assert kernel.run(f"FLAG = {str(flag)!r}")["error"] is None
+        reply = kernel.kc.execute_interactive(PROGRESS, timeout=400, output_hook=hook)
+        assert reply["content"]["status"] == "ok", seen
+        out = kernel.run("outcome, len(progress.rows)")
+    assert out["result"] == "('done', 4)"
+    assert flag.exists()
+    tables = [text for text in seen if text.lstrip().startswith("epoch")]  # not Spark's banner
+    assert tables[-1].splitlines()[0].split() == ["epoch", "rank", "loss", "samples_per_s", "at_s"]
+    assert "0.5" in tables[-1] and "200" in tables[-1]  # epoch 1's figures, as reported
