@@ -15,7 +15,9 @@ Prints one JSON object:
   ``TorchDistributor.run`` call until every rank had begun its first step: Spark's barrier stage,
   torchrun, the process group), ``total_s`` (the whole call), ``test_accuracy`` (rank 0's model on
   the 10,000 test images, after ``epochs``), ``epoch_loss`` (rank 0's mean loss per epoch),
-  ``per_rank_batch``, ``samples`` (trained, all ranks), ``load_avg_at_start`` (1, 5, 15 min);
+  ``per_rank_batch``, ``samples`` (trained, all ranks), ``rank_cpu_per_wall`` (each rank's CPU
+  seconds per training second: 1.0 is a core all along, less is waiting, for the other rank or
+  for a core), ``rank_threads`` (torch's), ``load_avg_at_start`` (1, 5, 15 min);
 - ``scaling_efficiency``: samples/s(2) / (2 x samples/s(1)) (the goal: at least 0.8);
 - ``accuracy_difference``: test accuracy with 2 workers minus with 1;
 - ``epochs``, ``train_rows``, ``global_batch``, ``cluster_start_s``, ``session_start_s``,
@@ -102,6 +104,7 @@ def train(model, path, store, epochs, global_batch, seed, called_at):
             for batch in DataLoader(data, batch_size=None):
                 if first_step_at is None:
                     first_step_at, began = time.time(), time.perf_counter()
+                    cpu_began = time.process_time()
                 images = batch["image"].float().div_(255).view(-1, 1, 28, 28)
                 labels = batch["label"].long()
                 loss = loss_fn(ddp(images), labels)
@@ -115,6 +118,8 @@ def train(model, path, store, epochs, global_batch, seed, called_at):
         "rank": rank,
         "samples": samples,
         "train_s": time.perf_counter() - began,
+        "cpu_s": time.process_time() - cpu_began,  # every thread of the rank's process
+        "threads": torch.get_num_threads(),
         "first_step_s": first_step_at - called_at,
         "epoch_loss": epoch_loss,
     }
@@ -157,6 +162,10 @@ def run_once(workers: int, args, store, path: str, test) -> dict:
         "per_rank_batch": out["per_rank_batch"],
         "samples": samples,
         "rank_samples": [r["samples"] for r in ranks],
+        # CPU seconds per training second of each rank: 1.0 is one core all the time; less,
+        # the rank waited (for the other rank, or for a core on a busy machine).
+        "rank_cpu_per_wall": [round(r["cpu_s"] / r["train_s"], 2) for r in ranks],
+        "rank_threads": [r["threads"] for r in ranks],
         "load_avg_at_start": at_start,
     }
 
