@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import importlib.abc
-import importlib.util
 import itertools
 import json
 import re
@@ -74,12 +73,15 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
         if name != LOG_MODULE:
             return None
-        sys.meta_path.remove(self)  # find the real spec with the other finders
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
+        for finder in sys.meta_path:  # the finder that would have found it
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         execute = spec.loader.exec_module
 

@@ -128,8 +128,8 @@ class TrainingProgress:
     Parameters
     ----------
     host
-        The address the executors reach the driver on; None: the active SparkContext's
-        ``spark.driver.host``, else 127.0.0.1. The server listens on all interfaces of it.
+        The address the executors reach the driver on; None: the active session's
+        ``spark.driver.host``, else 127.0.0.1. The server listens on every interface.
 
     Use it as a context manager (``with TrainingProgress() as progress:``): entering shows the
     table and starts the server; leaving stops it (the table stays). ``rows`` holds every row
@@ -203,12 +203,13 @@ class TrainingProgress:
 
 
 def _driver_host() -> str:
+    """``spark.driver.host`` of the active or default session (in a ScaleLab kernel the lookup
+    waits for its background-built ``spark``), else 127.0.0.1."""
     try:
-        from pyspark import SparkContext
+        from pyspark.sql import SparkSession
 
-        context = SparkContext._active_spark_context
-        if context is not None:
-            return context.getConf().get("spark.driver.host") or "127.0.0.1"
-    except Exception:  # noqa: BLE001 -- no Spark here: the loopback
+        session = SparkSession.active()  # the thread's active session, else the default one
+        return session.sparkContext.getConf().get("spark.driver.host") or "127.0.0.1"
+    except Exception:  # noqa: BLE001 -- no Spark or no session here: the loopback
         pass
     return "127.0.0.1"

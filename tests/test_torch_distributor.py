@@ -352,8 +352,10 @@ def test_every_ranks_epochs_reach_the_notebooks_table_while_the_job_runs(
         assert kernel.run(f"FLAG = {str(flag)!r}")["error"] is None
         reply = kernel.kc.execute_interactive(PROGRESS, timeout=400, output_hook=hook)
         assert reply["content"]["status"] == "ok", seen
-        out = kernel.run("outcome, len(progress.rows)")
-    assert out["result"] == "('done', 4)"
+        out = kernel.run(
+            "outcome, len(progress.rows), progress.host == sc.getConf().get('spark.driver.host')"
+        )
+    assert out["result"] == "('done', 4, True)"  # the ranks reached the driver's own address
     assert flag.exists()
     tables = [text for text in seen if text.lstrip().startswith("epoch")]  # not Spark's banner
     assert tables[-1].splitlines()[0].split() == ["epoch", "rank", "loss", "samples_per_s", "at_s"]

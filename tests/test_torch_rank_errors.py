@@ -7,6 +7,9 @@ tests/test_torch_distributor.py provokes the same crash for real in a kernel."""
 # ruff: noqa: E501 -- the captured texts keep their lines as printed
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from scalelab.kernels import torch_ranks
 from scalelab.kernels.spark_errors import OUTPUT_BEGIN, OUTPUT_END, TASK_PLACE, explain
 
@@ -192,3 +195,39 @@ def test_the_log_server_keeps_each_connections_lines_of_the_last_run():
     torch_ranks.record((2000, 3), "[rank1]: b")
     torch_ranks.record((2000, 2), "[rank0]: c")
     assert torch_ranks.last_run() == [["[rank0]: a", "[rank0]: c"], ["[rank1]: b"]]
+
+
+#: In a fresh interpreter: the hook is put in place before pyspark.ml.torch is imported (as at a
+#: kernel's start), then pyspark's own log server and client carry two lines of a "rank".
+THROUGH_PYSPARKS_LOG_SERVER = """
+import sys, time
+import subprocess
+import sys
+
+from scalelab.kernels import torch_ranks
+torch_ranks.install()
+assert "pyspark.ml" not in sys.modules  # nothing imported at install
+from pyspark.ml.torch.log_communication import LogStreamingClient, LogStreamingServer
+server = LogStreamingServer()
+server.start("127.0.0.1")
+time.sleep(0.5)
+client = LogStreamingClient("127.0.0.1", server.port)
+client.send("[rank1]: Traceback (most recent call last):")
+client.send("[rank1]: ValueError: boom")
+client.close()
+deadline = time.monotonic() + 10
+while len(sum(torch_ranks.last_run(), [])) < 2 and time.monotonic() < deadline:
+    time.sleep(0.05)
+server.shutdown()
+print(torch_ranks.last_run())
+"""
+
+
+def test_pyspark_log_servers_lines_are_kept_once_its_module_is_imported():
+    out = subprocess.run(
+        [sys.executable, "-c", THROUGH_PYSPARKS_LOG_SERVER],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert out.stdout.strip().splitlines()[-1] == (
+        "[['[rank1]: Traceback (most recent call last):', '[rank1]: ValueError: boom']]"
+    )
