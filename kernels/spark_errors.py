@@ -24,6 +24,8 @@ result over ``spark.driver.maxResultSize``  ``spark.driver.maxResultSize``
 ``spark`` used after ``spark.stop()``      ``spark`` (a new one starts at its next use)
 barrier stage larger than the cluster      ``num_processes`` (TorchDistributor),
 (TorchDistributor's ranks)                 ``spark.executor.instances`` / ``.cores``
+a TorchDistributor rank that failed        the training function: which rank, its
+                                           executor and host, its last lines
 =========================================  =========================================================
 """
 
@@ -296,10 +298,78 @@ def _barrier_slots(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -
     )
 
 
+#: TorchDistributor's own words when a rank's training function failed (the rank's traceback
+#: stayed in its output), and the failed barrier task: ``ResultTask(<stage>, <partition>)``.
+TORCH_FAILED = re.compile(
+    r"TorchDistributor failed during training|torch_run_process_wrapper.*failed with return code",
+    re.S,
+)
+_FAILED_TASK = re.compile(r"barrier task ResultTask\((\d+), (\d+)\) finished unsuccessfully")
+#: What :func:`_explanation` adds to a TorchDistributor failure: where the failed task ran, and
+#: each barrier task's last output lines (kept by :mod:`scalelab.kernels.torch_ranks`).
+TASK_PLACE = "[barrier task {partition} ran in executor {executor} on {host}]"
+_TASK_PLACE = re.compile(r"\[barrier task (\d+) ran in executor (\S+) on (\S+)\]")
+OUTPUT_BEGIN, OUTPUT_END = "[TorchDistributor task output]", "[end of task output]"
+#: Seconds to wait for the driver's UI to know where the failed barrier task ran.
+TASK_PLACE_WAIT_S = 10.0
+#: Lines of the failed rank's traceback quoted.
+RANK_LINES_SHOWN = 8
+
+
+def _task_outputs(text: str) -> list[list[str]]:
+    """The task outputs :func:`_explanation` appended to ``text``, one list of lines each."""
+    outputs = []
+    for block in text.split(OUTPUT_BEGIN)[1:]:
+        outputs.append(block.split(OUTPUT_END, 1)[0].strip("\n").split("\n"))
+    return outputs
+
+
+def _rank_failed(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
+    from scalelab.kernels import torch_ranks
+
+    task = _FAILED_TASK.search(text)
+    partition = int(task.group(2)) if task else None
+    outputs = _task_outputs(text)
+    by_rank = {torch_ranks.rank_of(lines): lines for lines in outputs}
+    lines = by_rank.get(partition)
+    if lines is None:  # several processes a node: the output with a traceback of its own
+        lines = next((o for o in outputs if any("Traceback" in x for x in o)), [])
+    rank = torch_ranks.rank_of(lines)
+    rank = partition if rank is None else rank
+    places = {int(m.group(1)): (m.group(2), m.group(3)) for m in _TASK_PLACE.finditer(text)}
+    executor, host = places.get(partition, ("?", "?")) if partition is not None else ("?", "?")
+    if host == "?":
+        host = torch_ranks.root_cause(lines).get("host", "?")
+    trace = torch_ranks.exception_lines(lines, rank) if rank is not None else []
+    if trace:
+        why = trace[-1].strip()
+        shown = torch_ranks.printed_before(lines, rank) + trace[-RANK_LINES_SHOWN:]
+    else:
+        code = torch_ranks.root_cause(lines).get("exitcode", "")
+        why = f"its process ended with exit code {code}" if code else "see its last lines"
+        if code.startswith("-9"):
+            why += " (SIGKILL: often out of memory on its host)"
+        shown = lines[-RANK_LINES_SHOWN:]
+    who = f"rank {rank}" if rank is not None else "a rank"
+    where = f" on {host}" if host != "?" else ""
+    where = f" in executor {executor}{where}" if executor != "?" else where
+    last = "\n".join(f"      {line}" for line in shown) if shown else "      (no output kept)"
+    return Explanation(
+        f"{who} of the TorchDistributor job failed{where}: {why}. The other ranks were "
+        "stopped with it (a barrier stage ends as a whole).",
+        ("the training function",),
+        f"{who}'s last lines:\n{last}\n"
+        "  fix the training function; to debug it, run it in one process first: "
+        "TorchDistributor(num_processes=1, local_mode=True, use_gpu=False).run(train, ...). "
+        "Every rank's output is above, in the cell.",
+    )
+
+
 _Rule = Callable[[str, Mapping[str, str], Mapping[str, str]], Explanation]
 
 #: (pattern over "<exception type>: <message>", explanation builder), first match wins.
 RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
+    (TORCH_FAILED, _rank_failed),
     (
         re.compile(r"HADOOP_CONF_DIR (or|nor) YARN_CONF_DIR|no yarn-site\.xml in", re.I),
         _no_yarn_conf,
@@ -663,6 +733,9 @@ def install(shell: Any, namespace: Mapping[str, Any]) -> None:
             result.error_in_exec = shown_for[id(error)]
         shown_for.clear()
 
+    from scalelab.kernels import torch_ranks
+
+    torch_ranks.install()  # keeps what TorchDistributor's ranks print, for _rank_failed
     shell.set_custom_exc(spark_exception_types(), handler)
     shell.events.register("post_run_cell", hand_over_shown)
 
@@ -703,4 +776,36 @@ def _explanation(error: BaseException, namespace: Mapping[str, Any]) -> Explanat
             status = _exit_status_within(DRIVER_EXIT_WAIT_S)
         if status is not None:
             description += f"\n[driver JVM exited with code {status}]"
+    if TORCH_FAILED.search(description):
+        description += _torch_context(description)
     return explain(description, _session_conf(namespace), os.environ)
+
+
+def _torch_context(description: str) -> str:
+    """What :func:`_rank_failed` reads beside the error: where the failed barrier task ran
+    (the driver's UI REST API) and each task's last output lines (TorchDistributor's log
+    stream, kept by :mod:`scalelab.kernels.torch_ranks`)."""
+    from scalelab.kernels import torch_ranks
+
+    extra = []
+    task = _FAILED_TASK.search(description)
+    try:
+        from pyspark import SparkContext
+
+        context = SparkContext._active_spark_context
+        if task and context is not None and context.uiWebUrl:
+            stage, partition = int(task.group(1)), int(task.group(2))
+            # The UI's store learns of the failed task from Spark's listener bus, which may
+            # lag the job's failure a little.
+            deadline = time.monotonic() + TASK_PLACE_WAIT_S
+            place = torch_ranks.task_places(context.uiWebUrl, context.applicationId, stage)
+            while partition not in place and time.monotonic() < deadline:
+                time.sleep(0.2)
+                place = torch_ranks.task_places(context.uiWebUrl, context.applicationId, stage)
+            if partition in place:
+                extra.append(TASK_PLACE.format(partition=partition, **place[partition]))
+    except Exception:  # noqa: BLE001 -- no UI, no driver: the output alone still says a lot
+        pass
+    for lines in torch_ranks.last_run():
+        extra.append("\n".join([OUTPUT_BEGIN, *lines, OUTPUT_END]))
+    return "".join(f"\n{part}" for part in extra)

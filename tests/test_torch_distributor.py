@@ -12,9 +12,12 @@ written into the student's home through the kernel's own ``store``.
 from __future__ import annotations
 
 import json
+import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.kernelrun import Kernel
@@ -170,3 +173,190 @@ def test_more_ranks_than_task_slots_is_explained_instead_of_waiting_ten_minutes(
     assert f"{two_workers} offers 2 task slot(s) now (2 executor(s))" in explanation
     assert "Setting to change: num_processes" in explanation
     assert "at most 2 processes" in explanation
+
+
+#: A training function whose rank 1 raises after the process group is up: rank 0 then fails
+#: too (its peer is gone), and Spark aborts the barrier stage.
+CRASH = """
+from pyspark.ml.torch.distributor import TorchDistributor
+
+def train():
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    if dist.get_rank() == 1:
+        print("rank 1 read its first batch")
+        raise ValueError("expected a batch of 64 images, got 63")
+    dist.barrier()
+
+TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(train)
+"""
+
+
+def test_a_rank_that_crashes_is_named_with_its_executor_host_and_last_lines(
+    kernel_environment: dict[str, str], two_workers: str, tmp_path: Path
+):
+    env = _cluster_kernel_env(kernel_environment, two_workers, tmp_path / "logs")
+    with Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as kernel:
+        out = kernel.run(CRASH, timeout_s=300)
+    assert out["error"] is not None, out
+    (tmp_path / "crash-stderr.txt").write_text(out["stderr"])
+    explanation = out["stderr"].split("ScaleLab: ", 1)[-1]
+    first_line = explanation.splitlines()[0]
+    # Which rank, where (the executor the REST API names, on loopback here), and why.
+    assert re.match(
+        r"rank 1 of the TorchDistributor job failed in executor \d+ on (127\.0\.0\.1|localhost): "
+        r"ValueError: expected a batch of 64 images, got 63\.",
+        first_line,
+    ), explanation
+    assert "Setting to change: the training function" in explanation
+    # Its last lines: what it printed, its own traceback, without torch's "[rank1]:" prefix.
+    last = explanation.split("last lines:", 1)[1]
+    assert "rank 1 read its first batch" in last
+    assert re.search(r'File "/tmp/ipykernel_\d+/\d+\.py", line \d+, in train', last), last
+    assert "[rank1]" not in last
+    # The traceback's Java frames stay folded; TorchDistributor's words stay below.
+    assert "TorchDistributor failed during training" in "\n".join(out["traceback"])
+
+
+#: Ranks that would train for ever; each writes its pid and its torchrun's (its parent) to
+#: ``folder`` once its process group is up.
+ENDLESS = """
+from pyspark.ml.torch.distributor import TorchDistributor
+
+def train(folder):
+    import os, time
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    pids = f"{os.getpid()} {os.getppid()}"
+    with open(f"{folder}/rank-{dist.get_rank()}.pids", "w") as f:
+        f.write(pids)
+    while True:
+        dist.barrier()
+        time.sleep(0.5)
+
+TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(train, FOLDER)
+"""
+
+#: The next job needs both task slots at once (a barrier stage of 2 tasks).
+AFTER = """
+from pyspark.ml.torch.distributor import TorchDistributor
+
+def again():
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    return dist.get_world_size()
+
+TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(again)
+"""
+
+
+def _live(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _until_idle(kernel: Kernel, msg_id: str, timeout_s: float = 120) -> tuple[str | None, str]:
+    """The error name and the stderr of the cell ``msg_id`` (sent with ``kc.execute``), once
+    the kernel is idle again."""
+    error, stderr = None, ""
+    while True:
+        msg = kernel.kc.get_iopub_msg(timeout=timeout_s)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream" and content["name"] == "stderr":
+            stderr += content["text"]
+        elif kind == "error":
+            error = content["ename"]
+        elif kind == "status" and content["execution_state"] == "idle":
+            kernel.kc.get_shell_msg(timeout=timeout_s)  # its reply
+            return error, stderr
+
+
+def test_interrupting_the_cell_stops_every_rank_and_frees_the_task_slots(
+    kernel_environment: dict[str, str], two_workers: str, tmp_path: Path
+):
+    env = _cluster_kernel_env(kernel_environment, two_workers, tmp_path / "logs")
+    folder = tmp_path / "pids"
+    folder.mkdir()
+    with Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as kernel:
+        assert kernel.run(f"FOLDER = {str(folder)!r}")["error"] is None
+        cell = kernel.kc.execute(ENDLESS)
+        wait_for = time.monotonic() + 300
+        while len(list(folder.glob("rank-*.pids"))) < 2 and time.monotonic() < wait_for:
+            time.sleep(0.5)
+        pids = [int(p) for f in folder.glob("rank-*.pids") for p in f.read_text().split()]
+        assert len(pids) == 4, pids  # two ranks and their torchruns
+        assert all(_live(pid) for pid in pids)
+        kernel.km.interrupt_kernel()
+        error, stderr = _until_idle(kernel, cell)
+        assert error == "KeyboardInterrupt", (error, stderr)
+        assert "the cell's Spark jobs were cancelled" in stderr, stderr
+        # Every rank and torchrun ends (Spark kills the tasks' Python workers, their torchrun
+        # wrappers see it and stop torchrun, which stops its ranks).
+        gone_by = time.monotonic() + 90
+        while any(_live(pid) for pid in pids) and time.monotonic() < gone_by:
+            time.sleep(0.5)
+        assert not [pid for pid in pids if _live(pid)]
+        again = kernel.run(AFTER, timeout_s=300)
+    assert again["error"] is None, again
+    assert again["result"] == "2"  # both task slots were free for the next barrier job
+
+
+#: Ranks that report 2 epochs, then wait (up to 2 minutes) for the test to have seen the
+#: table's rows in the cell's output before they end: the job ends only after the rows came.
+PROGRESS = """
+from pyspark.ml.torch.distributor import TorchDistributor
+from scalelab.kernels.train_progress import TrainingProgress
+
+def train(progress, flag):
+    import os, time
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    for epoch in range(2):
+        progress.report(epoch=epoch, loss=1.0 / (epoch + 1), samples_per_s=100.0 * (epoch + 1))
+    deadline = time.monotonic() + 120
+    while not os.path.exists(flag):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the notebook never showed the progress rows")
+        time.sleep(0.2)
+    dist.barrier()
+    return "done"
+
+with TrainingProgress() as progress:
+    outcome = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(
+        train, progress.reporter(), FLAG
+    )
+outcome, len(progress.rows)
+"""
+
+
+def test_every_ranks_epochs_reach_the_notebooks_table_while_the_job_runs(
+    kernel_environment: dict[str, str], two_workers: str, tmp_path: Path
+):
+    env = _cluster_kernel_env(kernel_environment, two_workers, tmp_path / "logs")
+    flag = tmp_path / "rows-seen"
+    seen: list[str] = []
+
+    def hook(msg: dict) -> None:
+        if msg["msg_type"] in ("display_data", "update_display_data"):
+            text = msg["content"]["data"].get("text/plain", "")
+            seen.append(text)
+            rows = [line.split() for line in text.splitlines()[1:]]
+            if {(r[0], r[1]) for r in rows} >= {("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")}:
+                flag.touch()  # every rank's epochs, while the job still waits on this
+
+    with Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as kernel:
+        assert kernel.run(f"FLAG = {str(flag)!r}")["error"] is None
+        reply = kernel.kc.execute_interactive(PROGRESS, timeout=400, output_hook=hook)
+        assert reply["content"]["status"] == "ok", seen
+        out = kernel.run(
+            "outcome, len(progress.rows), progress.host == sc.getConf().get('spark.driver.host')"
+        )
+    assert out["result"] == "('done', 4, True)"  # the ranks reached the driver's own address
+    assert flag.exists()
+    tables = [text for text in seen if text.lstrip().startswith("epoch")]  # not Spark's banner
+    assert tables[-1].splitlines()[0].split() == ["epoch", "rank", "loss", "samples_per_s", "at_s"]
+    assert "0.5" in tables[-1] and "200" in tables[-1]  # epoch 1's figures, as reported

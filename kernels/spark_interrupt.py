@@ -1,0 +1,75 @@
+"""Interrupting a cell stops its Spark jobs too: every task, TorchDistributor's ranks included.
+
+PySpark cancels the running jobs on SIGINT only with a handler of its own, which it installs
+when the SparkContext is made in the main thread; the kernel makes ``spark`` in the background,
+and ipykernel puts Python's default handler back around each cell anyway. So an interrupted
+cell (Kernel > Interrupt, ``I I``) raised ``KeyboardInterrupt`` in the notebook while the job
+went on in the executors: a TorchDistributor's ranks kept training and holding every task slot,
+and the next job waited behind them.
+
+:func:`install` registers a ``post_run_cell`` hook: after a cell that ended in
+``KeyboardInterrupt``, every active job of the kernel's SparkContext is cancelled
+(``SparkContext.cancelAllJobs``). Spark then kills the jobs' tasks; a killed task's Python
+worker is stopped (``spark.python.task.killTimeout`` later), and pyspark's
+``torch_run_process_wrapper``, which watches that worker, terminates its torchrun, whose agent
+stops the rank processes. The call is made from a thread of its own, so on a Py4J connection of
+its own: the main thread's was cut in the middle of the interrupted call.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+#: Seconds to wait for Spark to take the cancellation before the cell's prompt comes back.
+CANCEL_WAIT_S = 10.0
+
+
+def cancel_all_jobs(wait_s: float = CANCEL_WAIT_S) -> bool:
+    """Cancel every active job of this process's SparkContext, if there is one.
+
+    Returns True when a SparkContext took the request within ``wait_s`` seconds; False with
+    none, or when its driver does not answer (a line on stderr then says so).
+    """
+    try:
+        from pyspark import SparkContext
+    except ImportError:
+        return False
+    context = SparkContext._active_spark_context
+    if context is None:
+        return False
+    done = threading.Event()
+
+    def cancel() -> None:
+        try:
+            context.cancelAllJobs()
+            done.set()
+        except Exception:  # noqa: BLE001 -- a dead driver: nothing left to cancel
+            pass
+
+    threading.Thread(target=cancel, name="scalelab-cancel-jobs", daemon=True).start()
+    if not done.wait(wait_s):
+        print(
+            "ScaleLab: the Spark driver did not take the cancellation of the interrupted "
+            "cell's jobs; restart the kernel if they still run (the Spark UI lists them).",
+            file=sys.stderr,
+        )
+        return False
+    return True
+
+
+def install(shell: Any) -> None:
+    """Cancel the kernel's Spark jobs after each cell that ends in ``KeyboardInterrupt``
+    (``shell``: the kernel's ``InteractiveShell``)."""
+
+    def after(result: Any) -> None:
+        if isinstance(getattr(result, "error_in_exec", None), KeyboardInterrupt):
+            if cancel_all_jobs():
+                print(
+                    "ScaleLab: interrupted: the cell's Spark jobs were cancelled "
+                    "(their tasks and any TorchDistributor ranks stop in a few seconds).",
+                    file=sys.stderr,
+                )
+
+    shell.events.register("post_run_cell", after)

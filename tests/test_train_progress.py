@@ -1,0 +1,63 @@
+"""The progress table's pieces on their own: reports over real TCP to the driver-side server,
+from processes of their own (as ranks are), the table's text, and a report that cannot be sent.
+tests/test_torch_distributor.py shows the table live in a kernel during a TorchDistributor job."""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import time
+
+from scalelab.kernels.train_progress import Reporter, TrainingProgress, table
+
+
+def _rank(reporter: Reporter, rank: int) -> None:
+    import os
+
+    os.environ["RANK"] = str(rank)  # what TorchDistributor sets in each rank's environment
+    for epoch in range(3):
+        reporter.report(epoch=epoch, loss=1.0 / (epoch + 1), samples_per_s=123.456789)
+
+
+def test_every_ranks_reports_become_rows_sorted_by_epoch_and_rank():
+    with TrainingProgress(host="127.0.0.1") as progress:
+        reporter = pickle.loads(pickle.dumps(progress.reporter()))  # as the ranks get it
+        ranks = [multiprocessing.get_context("spawn").Process(target=_rank, args=(reporter, r))
+                 for r in (0, 1)]  # fmt: skip
+        for proc in ranks:
+            proc.start()
+        for proc in ranks:
+            proc.join(60)
+            assert proc.exitcode == 0
+        deadline = time.monotonic() + 10
+        while len(progress.rows) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert [(r["epoch"], r["rank"]) for r in progress.rows] == [
+        (e, r) for e in range(3) for r in (0, 1)
+    ]
+    assert progress.rows[-1]["loss"] == 1 / 3
+
+
+def test_reports_with_another_token_are_ignored():
+    progress = TrainingProgress(host="127.0.0.1")
+    progress.add({"token": "not-it", "rank": 0, "epoch": 0, "figures": {"loss": 1.0}})
+    progress.add({"token": progress.token, "rank": 1, "epoch": 0, "figures": {"loss": 2.0}})
+    assert [r["rank"] for r in progress.rows] == [1]
+
+
+def test_the_table_rounds_numbers_and_keeps_the_columns_first_seen():
+    shown = table(
+        [{"epoch": 0, "rank": 1, "loss": 0.123456789}, {"epoch": 1, "rank": 0, "acc": 0.5}]
+    )
+    lines = shown["text/plain"].splitlines()
+    assert lines[0].split() == ["epoch", "rank", "loss", "acc"]
+    assert lines[1].split() == ["0", "1", "0.1235"]
+    assert "<th>acc</th>" in shown["text/html"] and "<td>0.5</td>" in shown["text/html"]
+
+
+def test_a_report_to_a_server_that_is_gone_warns_once_and_never_raises(capsys):
+    with TrainingProgress(host="127.0.0.1") as progress:
+        reporter = progress.reporter()
+    reporter.report(epoch=0, loss=1.0)
+    reporter.report(epoch=1, loss=1.0)
+    assert capsys.readouterr().err.count("progress reports to 127.0.0.1") == 1
