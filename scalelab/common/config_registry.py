@@ -46,6 +46,13 @@ CONFIG_CLASSES: tuple[ConfigClass, ...] = (
         "hub",
         includes=("CourseSpawnerMixin", "GPUSpawnerMixin", "ServerLogMixin"),
     ),
+    ConfigClass(
+        "ScaleLabSlurmSpawner",
+        "scalelab.spawner.slurm",
+        "hub",
+        includes=("CourseSpawnerMixin", "GPUSpawnerMixin"),
+    ),
+    ConfigClass("SlurmGPUs", "scalelab.spawner.slurm", "hub"),
     ConfigClass("GPUPolicy", "scalelab.spawner.policy", "hub"),
     ConfigClass("S3KeyFile", "scalelab.spawner.store_identity", "hub"),
     ConfigClass("HDFSUserIdentity", "scalelab.spawner.store_identity", "hub"),
