@@ -241,6 +241,11 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
         )
 
     async def _get_batch_script(self, **subvars):
+        if not self.requested_gpus:
+            # Slurm leaves CUDA_VISIBLE_DEVICES unset in a job without GPUs (sbatch drops the
+            # empty value it was given): the server would see every GPU of its node that the
+            # node's cgroups (ConstrainDevices) do not hide. Hide them in the script.
+            subvars["prologue"] = "export CUDA_VISIBLE_DEVICES=''\n" + subvars.get("prologue", "")
         script = await super()._get_batch_script(**subvars)
         return insert_directives(script, self.job_directives())
 

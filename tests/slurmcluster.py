@@ -2,7 +2,8 @@
 
 Debian 12's ``slurm-wlm`` (22.05) runs several slurmd on one host (``slurmd -N <node>``, each
 node with its own ``Port``), so no network namespace is needed: nodes ``n1`` and ``n2`` both
-have ``NodeAddr=127.0.0.1``. Their GPUs are Slurm GRES on character device nodes made with
+have ``NodeAddr=127.0.0.1``, and 4 CPUs each (``config_overrides``: more than this host has, so
+that CPU-only servers fit beside the four GPU ones). Their GPUs are Slurm GRES on character device nodes made with
 ``mknod`` in the cluster's folder (195,0..3: NVIDIA's major number; nothing opens them), so
 Slurm hands out real GRES indices and sets each job's ``CUDA_VISIBLE_DEVICES``. MUNGE runs with
 its own key and socket in the folder; nothing under /etc is touched. Needs root (slurmd, mknod).
@@ -59,7 +60,7 @@ class SlurmTestCluster:
                 os.mknod(dev, 0o600 | 0o020000, os.makedev(195, i))
         ctld, node_ports = free_port(), [free_port() for _ in NODES]
         nodes = "\n".join(
-            f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs=2 "
+            f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs=4 "
             f"RealMemory=2000 Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN"
             for n, port in zip(NODES, node_ports, strict=True)
         )
@@ -88,6 +89,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu
 ReturnToService=2
+SlurmdParameters=config_overrides
 MinJobAge=600
 KillWait=5
 JobCompType=jobcomp/none
