@@ -4,8 +4,9 @@ Debian 12's ``slurm-wlm`` (22.05) runs several slurmd on one host (``slurmd -N <
 node with its own ``Port``), so no network namespace is needed: nodes ``n1`` and ``n2`` both
 have ``NodeAddr=127.0.0.1``, and 4 CPUs each (``config_overrides``: more than this host has,
 so that CPU-only servers fit beside the four GPU ones). Their GPUs are Slurm GRES on character
-device nodes made with ``mknod`` in the cluster's folder (195,0..3: NVIDIA's major number; nothing opens them), so
-Slurm hands out real GRES indices and sets each job's ``CUDA_VISIBLE_DEVICES``. MUNGE runs with
+device nodes made with ``mknod`` in the cluster's folder (195,0..3: NVIDIA's major number;
+nothing opens them), so Slurm hands out real GRES indices and sets each job's
+``CUDA_VISIBLE_DEVICES``. MUNGE runs with
 its own key and socket in the folder; nothing under /etc is touched. Needs root (slurmd, mknod).
 
 No accounting database (slurmdbd needs MySQL): ``sacct`` says accounting is disabled, and ended

@@ -51,7 +51,9 @@ def hub(
             slurm_cluster,
             state,
             "c.GPUPolicy.dated_limits = [{'from': '2026-01-01', 'groups': ['exam'], "
-            "'max_gpus_per_server': 0}]\n",
+            "'max_gpus_per_server': 0}]\n"
+            # a hub restart leaves the servers' jobs running (the fixture cancels them at the end)
+            "c.JupyterHub.cleanup_servers = False\n",
         ),
     )
     try:
@@ -171,3 +173,23 @@ def test_dated_cap_refuses_before_anything_is_submitted(
     assert answer.status_code in (400, 409), answer.text
     assert "from 2026-01-01" in answer.text
     assert slurm_cluster.jobs() == before  # nothing reached Slurm
+
+
+def test_a_restarted_hub_knows_the_job_its_node_and_gpus(
+    hub: PlainHub, slurm_cluster: SlurmTestCluster
+):
+    assert _ask(hub, "hana", "gpu-2").status_code in (201, 202)
+    before = _ready(hub, "hana")["state"]
+    hub.stop()  # the server keeps running in its job
+    hub.start()
+    after = _ready(hub, "hana")["state"]
+    assert after["job_id"] == before["job_id"] and after["slurm"] == before["slurm"]
+    assert len(before["slurm"]["gpus"]) == 2
+    board = hub.api("GET", "/scalelab/gpus").json()
+    held = sorted(g["uuid"] for g in board["gpus"] if g["holder"])
+    node = before["slurm"]["node"]
+    assert held == [f"{node}/gpu0", f"{node}/gpu1"]
+    assert hub.api("GET", "/users/hana/server/progress").status_code in (200, 400)
+    assert hub.api("DELETE", "/users/hana/server").status_code in (202, 204)
+    _gone(hub, "hana")
+    assert not [j for j in slurm_cluster.jobs() if j.startswith(f"{before['job_id']} ")]
