@@ -55,6 +55,8 @@ c.ScaleLabSlurmSpawner.kernelspec_path = [{kernels!r}]
 c.ScaleLabSlurmSpawner.home_root = {homes!r}
 c.ScaleLabSlurmSpawner.gpu_queue_file = ""
 c.ScaleLabSlurmSpawner.slurm_queue_poll_interval = 1
+# a job pending in Slurm's queue is a pending spawn: scalelab up's limit (10) would answer 429
+c.JupyterHub.concurrent_spawn_limit = 40
 """
 
 BASELINE = """
