@@ -18,6 +18,10 @@ debs+=(libkrb5-dev gcc python3-dev)
 debs+=(krb5-user libgssapi-krb5-2)
 #    Debian's own Python for the virtual environments (python3-venv: its ensurepip), see 2.
 debs+=(python3-venv)
+#    Slurm (GPU servers on a university cluster, spawner/slurm.py): the controller, the node
+#    daemon, the client commands (sbatch, squeue, scancel, sacct) and MUNGE, its authentication;
+#    tests/slurmcluster.py starts a two-node cluster of them for the Slurm tests.
+debs+=(slurm-wlm slurmctld slurmd slurm-client munge)
 command -v npm >/dev/null || debs+=(nodejs npm)
 #    Maven and a JDK build the HDFS test cluster (hadoop/testcluster), see 5.
 command -v mvn >/dev/null || debs+=(maven)

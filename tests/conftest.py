@@ -1,5 +1,6 @@
 """Shared fixtures: the real data sets (../shared/data), a course store, ScaleLab's kernelspecs,
-and the HDFS and YARN test cluster (``tests/hadoopcluster.py``)."""
+the HDFS and YARN test cluster (``tests/hadoopcluster.py``) and the Slurm test cluster
+(``tests/slurmcluster.py``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from scalelab.kernels import install_kernelspecs
 from scalelab.store import DATASETS, fetch_dataset, open_store
 from tests.hadoopcluster import HadoopTestCluster, running_cluster
+from tests.slurmcluster import DEBIAN_PACKAGES, SlurmTestCluster, missing_commands
 
 REPO = Path(__file__).resolve().parents[1]
 #: The course's real data sets, beside the repository (see ../shared/data/README.md).
@@ -74,6 +76,30 @@ def hdfs_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HadoopTes
     every test that uses it, with the JVM's last lines, where it is built but does not start.
     """
     yield from running_cluster(tmp_path_factory.mktemp("hdfs-cluster"), nodemanagers=2)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmTestCluster]:
+    """A real Slurm (munged, slurmctld, slurmd ``n1`` and ``n2``, 2 GPUs each as GRES), started
+    once per test run (about 2 s) and stopped at its end, also when tests fail.
+
+    Skips, naming the fix, without Debian's Slurm packages or without root; fails every test
+    that uses it, with the daemons' last log lines, where the cluster does not come up.
+    """
+    missing = missing_commands()
+    if missing:
+        pytest.skip(
+            f"Slurm is not installed ({', '.join(missing)} not found): ./install.sh installs "
+            f"Debian's {DEBIAN_PACKAGES}"
+        )
+    if os.geteuid() != 0:
+        pytest.skip("the Slurm test cluster needs root (slurmd, mknod of its GPU device nodes)")
+    cluster = SlurmTestCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -52,6 +52,13 @@ CONFIG_CLASSES: tuple[ConfigClass, ...] = (
         "hub",
         includes=("CourseSpawnerMixin", "GPUSpawnerMixin"),
     ),
+    ConfigClass(
+        "ScaleLabSlurmSpawner",
+        "scalelab.spawner.slurm",
+        "hub",
+        includes=("CourseSpawnerMixin", "GPUSpawnerMixin"),
+    ),
+    ConfigClass("SlurmGPUs", "scalelab.spawner.slurm", "hub"),
     ConfigClass("GPUPolicy", "scalelab.spawner.policy", "hub"),
     ConfigClass("ReportedGPUs", "scalelab.common.gpu_source", "hub"),
     ConfigClass("S3KeyFile", "scalelab.spawner.store_identity", "hub"),

@@ -54,7 +54,8 @@ class GPUInventory:
         The devices, in NVML index order.
     source
         ``"nvml"`` (discovered), ``"declared"`` (from ``ScaleLabSpawner.declared_gpus``: no
-        NVML check is made on them), or ``"none"`` (NVML unavailable).
+        NVML check is made on them), ``"slurm"`` (the GRES of a Slurm cluster's nodes), or
+        ``"none"`` (NVML unavailable).
     reason
         Why the inventory is empty (the NVML error), or ``""``.
     """
@@ -68,11 +69,10 @@ class GPUInventory:
         if not self.gpus:
             return f"no GPU: servers run CPU-only ({self.reason or self.source})"
         names = ", ".join(f"{g.index}: {g.name} {g.memory_mib} MiB ({g.uuid})" for g in self.gpus)
-        kind = (
-            "DECLARED in the configuration, not checked by NVML"
-            if self.source == "declared"
-            else "found by NVML"
-        )
+        kind = {
+            "declared": "DECLARED in the configuration, not checked by NVML",
+            "slurm": "declared to Slurm as GRES on the cluster's nodes",
+        }.get(self.source, "found by NVML")
         return f"{len(self.gpus)} GPU(s) {kind}: {names}"
 
 

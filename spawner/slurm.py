@@ -1,0 +1,479 @@
+"""``ScaleLabSlurmSpawner``: course servers as Slurm jobs (the course layer over batchspawner's
+``SlurmSpawner``), for a course whose GPUs are on a university's Slurm cluster.
+
+What ScaleLab adds to batchspawner's ``SlurmSpawner``:
+
+- **Profiles become Slurm requests.** A GPU profile asks Slurm for ``--gres=gpu:N``, with the
+  partition, QOS, time limit and account ops set per profile (``slurm_profiles``) or for all
+  (``slurm_partition``, ``slurm_qos``, ``slurm_time_limit``, ``slurm_account``).
+- **ScaleLab's caps before Slurm.** The limits of :class:`~scalelab.spawner.policy.GPUPolicy`
+  (per server, per user, per group, dated) are checked on the hub when the student asks
+  (HTTP 400/409 with the reason), before anything is submitted; Slurm queues what passes.
+- **Slurm's queue on the pending page.** While the job is pending, the progress events show
+  its place among the partition's pending jobs, in Slurm's priority order, and Slurm's
+  estimated start (``squeue --start``), updated every ``slurm_queue_poll_interval`` seconds.
+- **Why a job ended.** A job Slurm ends (time limit, preemption, node failure, out of memory,
+  ``scancel`` by someone else) is told to the student in Slurm's words: the state and reason
+  from ``sacct``, or from ``scontrol show job`` on a cluster without accounting.
+- **Which GPUs.** The server gets Slurm's ``CUDA_VISIBLE_DEVICES``; the GPUs Slurm gave the job
+  (node and GRES indices, ``"n1/gpu0"``) go into ScaleLab's ledger, so the GPU board shows who
+  holds what, and into the spawner state with the job id, so a restarted hub knows them again.
+  The hub's GPU inventory is the cluster's GRES (:class:`SlurmGPUs`).
+- Stop cancels the job (``scancel``), pending or running; the student can start again at once.
+
+Slurm's commands run on the hub's host (a Slurm client: ``sbatch``, ``squeue``, ``scancel``,
+``scontrol``; ``sacct`` where accounting is on) under batchspawner's ``exec_prefix`` for
+submission (by default ``sudo -E -u {username}``: jobs run as the student's system user).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import pwd
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from batchspawner import JobStatus, SlurmSpawner
+from jupyterhub.spawner import SpawnException
+from traitlets import Dict, Float, Unicode, default, validate
+
+from scalelab.common.gpu_inventory import GPU, GPUInventory
+from scalelab.common.gpu_source import GPUSource
+from scalelab.spawner.course import CourseSpawnerMixin
+from scalelab.spawner.ledger import Holding, LedgerError
+from scalelab.spawner.slurm_jobs import (
+    PENDING_FORMAT,
+    SACCT_FIELDS,
+    QueuePlace,
+    SlurmJob,
+    describe_end,
+    format_start,
+    gpu_id,
+    held_gpus,
+    node_address,
+    node_gpus,
+    parse_job,
+    parse_sacct,
+    queue_place,
+    sbatch_directives,
+)
+
+#: Keys of one entry of ``slurm_profiles``.
+PROFILE_KEYS = frozenset({"partition", "qos", "time", "account", "options"})
+
+
+class SlurmGPUs(GPUSource):
+    """The GPUs of a Slurm cluster: every node's ``Gres=gpu:N`` (``scontrol show node -o``),
+    named ``"<node>/gpu<index>"``. The default GPU source of :class:`ScaleLabSlurmSpawner`.
+    Utilisation is unknown here (never idle)."""
+
+    scontrol = Unicode(
+        "scontrol",
+        config=True,
+        help="The `scontrol` command (a path, when it is not on the hub's PATH).",
+    )
+
+    def discover(self) -> GPUInventory:
+        """Ask Slurm for its nodes' GPUs (blocking).
+
+        Returns
+        -------
+        GPUInventory
+            Source ``"slurm"``; empty with the reason when Slurm cannot be asked.
+        """
+        try:
+            out = subprocess.run(
+                [self.scontrol, "show", "node", "-o"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return GPUInventory((), "none", f"scontrol show node: {exc}")
+        if out.returncode != 0:
+            return GPUInventory((), "none", f"scontrol show node: {out.stderr.strip()}")
+        gpus = [
+            GPU(index=i, uuid=gpu_id(node, i), name=f"Slurm GRES gpu {i} of {node}", memory_mib=0)
+            for node, _, count in node_gpus(out.stdout)
+            for i in range(count)
+        ]
+        return GPUInventory(tuple(gpus), "slurm", "" if gpus else "no node has Gres=gpu")
+
+
+def insert_directives(script: str, options: list[str]) -> str:
+    """``script`` with ``#SBATCH <option>`` lines after its first line (the ``#!`` line), where
+    ``sbatch`` reads them (pure)."""
+    first, _, rest = script.partition("\n")
+    lines = "".join(f"#SBATCH {option}\n" for option in options)
+    return f"{first}\n{lines}{rest}"
+
+
+class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
+    """ScaleLab's course servers as Slurm jobs (see the module): set as
+    ``c.JupyterHub.spawner_class = "scalelab.spawner.slurm.ScaleLabSlurmSpawner"``, its settings
+    (course and batchspawner's) as ``c.ScaleLabSlurmSpawner.*``."""
+
+    slurm_profiles = Dict(
+        key_trait=Unicode(),
+        value_trait=Dict(),
+        config=True,
+        help="""Slurm's side of each spawn profile, by profile slug: {"gpu-1": {"partition":
+        "gpu", "qos": "course", "time": "4:00:00", "account": "dl-course", "options":
+        ["--constraint=h100"]}}. Each key is optional and wins over `slurm_partition`,
+        `slurm_qos`, `slurm_time_limit` and `slurm_account`; `options` are further sbatch
+        options, as written on an `#SBATCH` line. The GPU count is the profile's: `--gres=gpu:N`.
+        Default: none (the cluster-wide settings for every profile).""",
+    )
+    slurm_partition = Unicode(
+        "",
+        config=True,
+        help="Slurm partition of every server's job (`--partition`), unless its profile's entry "
+        "in `slurm_profiles` names one. Empty: the cluster's default partition.",
+    )
+    slurm_qos = Unicode(
+        "",
+        config=True,
+        help="Slurm QOS of every server's job (`--qos`), unless its profile names one. Empty: "
+        "the account's default QOS.",
+    )
+    slurm_time_limit = Unicode(
+        "",
+        config=True,
+        help="Time limit of every server's job (`--time`, e.g. `8:00:00`), unless its profile "
+        "names one; Slurm's estimated start needs time limits. Empty: the partition's default.",
+    )
+    slurm_account = Unicode(
+        "",
+        config=True,
+        help="Slurm account charged for every server's job (`--account`), unless its profile "
+        "names one. Empty: the student's default account.",
+    )
+    slurm_queue_poll_interval = Float(
+        2.0,
+        min=0.5,
+        config=True,
+        help="Seconds between two looks at Slurm's queue (`squeue --start`) while a student's "
+        "job is pending, for the place and estimated start on the pending page.",
+    )
+    home_root = Unicode(
+        "",
+        config=True,
+        help="""Folder of the students' homes on the cluster's shared file system,
+        `<home_root>/<username>` (made by the hub when missing): the job's working folder and
+        the place of its log, `jupyterhub_slurmspawner_<job id>.log`. Empty: each student's
+        system home (`pwd`), as batchspawner does.""",
+    )
+
+    #: The job as Slurm last showed it running (node, GPUs), or None.
+    _job: SlurmJob | None = None
+    #: Why the last job ended, in Slurm's words, or None.
+    _ended: SlurmJob | None = None
+    _node_addr: str = ""
+
+    @validate("slurm_profiles")
+    def _check_profiles(self, proposal):
+        for slug, entry in proposal["value"].items():
+            unknown = set(entry) - PROFILE_KEYS
+            if unknown:
+                raise ValueError(
+                    f"slurm_profiles[{slug!r}] has unknown key(s) {sorted(unknown)}: use "
+                    f"{sorted(PROFILE_KEYS)}"
+                )
+            options = entry.get("options", [])
+            if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+                raise ValueError(f"slurm_profiles[{slug!r}]['options'] must be a list of strings")
+        return proposal["value"]
+
+    @default("gpu_source_class")
+    def _default_gpu_source(self):
+        return SlurmGPUs
+
+    @default("cmd")
+    def _default_cmd(self) -> list[str]:
+        # The hub's environment's server; the cluster's nodes see it on the shared file system.
+        return [str(Path(sys.executable).with_name("jupyterhub-singleuser"))]
+
+    @default("batchspawner_singleuser_cmd")
+    def _default_singleuser_cmd(self) -> str:
+        return str(Path(sys.executable).with_name("batchspawner-singleuser"))
+
+    @default("req_homedir")
+    def _default_homedir(self) -> str:
+        if self.home_root:
+            return str(Path(self.home_root) / self.user.name)
+        return pwd.getpwnam(self.user.name).pw_dir
+
+    def user_env(self, env: dict[str, str]) -> dict[str, str]:
+        """USER, HOME (``req_homedir``) and SHELL (the system user's, when there is one)."""
+        env["USER"] = self.user.name
+        env["HOME"] = self.req_homedir
+        try:
+            env["SHELL"] = pwd.getpwnam(self.user.name).pw_shell
+        except KeyError:
+            pass
+        return env
+
+    # -- the job's request -----------------------------------------------------------------------
+
+    def job_directives(self) -> list[str]:
+        """The sbatch options of this start's profile (:func:`sbatch_directives`).
+
+        Raises
+        ------
+        ValueError
+            An option value with white space in it.
+        """
+        request = self._request
+        gpus = request.gpus if request else 0
+        entry = self.slurm_profiles.get(request.profile.slug, {}) if request else {}
+        return sbatch_directives(
+            gpus,
+            partition=entry.get("partition", self.slurm_partition),
+            qos=entry.get("qos", self.slurm_qos),
+            time_limit=entry.get("time", self.slurm_time_limit),
+            account=entry.get("account", self.slurm_account),
+            extra=entry.get("options", ()),
+        )
+
+    async def _get_batch_script(self, **subvars):
+        if not self.requested_gpus:
+            # Slurm leaves CUDA_VISIBLE_DEVICES unset in a job without GPUs (sbatch drops the
+            # empty value it was given): the server would see every GPU of its node that the
+            # node's cgroups (ConstrainDevices) do not hide. Hide them in the script.
+            subvars["prologue"] = "export CUDA_VISIBLE_DEVICES=''\n" + subvars.get("prologue", "")
+        script = await super()._get_batch_script(**subvars)
+        return insert_directives(script, self.job_directives())
+
+    def get_env(self) -> dict[str, str]:
+        """The course's environment, without the GPU variables of a GPU request: Slurm sets the
+        job's ``CUDA_VISIBLE_DEVICES`` to the GPUs it gives (a CPU-only job keeps ``""``, which
+        hides every GPU)."""
+        env = super().get_env()
+        if self.requested_gpus:
+            for name in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "SCALELAB_GPUS"):
+                env.pop(name, None)
+        return env
+
+    # -- Slurm's commands --------------------------------------------------------------------------
+
+    async def _slurm(self, *argv: str) -> tuple[int, str]:
+        """Run a Slurm client command on the hub; (exit status, stdout or else stderr)."""
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            )
+            out, err = await asyncio.wait_for(proc.communicate(), timeout=30)
+        except (OSError, TimeoutError) as exc:
+            return 1, str(exc)
+        if proc.returncode != 0:
+            return proc.returncode or 1, (err or out).decode(errors="replace").strip()
+        return 0, out.decode(errors="replace")
+
+    async def show_job(self, job_id: str) -> SlurmJob | None:
+        """``scontrol show job -d -o`` read, or None when Slurm no longer knows the job."""
+        rc, out = await self._slurm("scontrol", "show", "job", "-d", "-o", job_id)
+        if rc != 0:
+            return None
+        try:
+            return parse_job(out)
+        except ValueError:
+            return None
+
+    async def job_end(self, job_id: str) -> SlurmJob | None:
+        """How job ``job_id`` ended: ``sacct``'s state and reason, or ``scontrol``'s on a
+        cluster without accounting; None when neither knows."""
+        rc, out = await self._slurm("sacct", "-n", "-P", "-X", "-o", SACCT_FIELDS, "-j", job_id)
+        ended = parse_sacct(out, job_id) if rc == 0 else None
+        if ended is not None and ended.state not in ("RUNNING", "PENDING"):
+            return ended
+        return await self.show_job(job_id)
+
+    async def queue_place(self) -> QueuePlace | None:
+        """This job's place among the pending jobs of its partition (``squeue --start``)."""
+        job = self.job_id
+        if not job:
+            return None
+        partition = await self._partition()
+        where = ["-p", partition] if partition else []
+        rc, out = await self._slurm(
+            "squeue", "-h", "-t", "PENDING", *where, "--start", "-o", PENDING_FORMAT
+        )
+        return queue_place(out, job) if rc == 0 else None
+
+    async def _partition(self) -> str:
+        rc, out = await self._slurm("squeue", "-h", "-j", self.job_id, "-o", "%P")
+        return out.strip() if rc == 0 else ""
+
+    # -- batchspawner's job status, with the GPUs and the reason -------------------------------
+
+    async def query_job_status(self):
+        job_id = self.job_id
+        status = await super().query_job_status()
+        if status == JobStatus.RUNNING and self._job is None:
+            job = await self.show_job(job_id)
+            if job is not None and job.batch_host:
+                self._job = job
+                rc, out = await self._slurm("scontrol", "show", "node", "-o", job.batch_host)
+                self._node_addr = node_address(out, job.batch_host) if rc == 0 else ""
+                await self._hold(job)
+        elif status == JobStatus.NOTFOUND and job_id:
+            self._ended = await self.job_end(job_id)
+        return status
+
+    def state_gethost(self) -> str:
+        """Where the hub reaches the server: the ``NodeAddr`` of the job's node."""
+        return self._node_addr or super().state_gethost()
+
+    async def _hold(self, job: SlurmJob) -> None:
+        """Put the GPUs Slurm gave ``job`` into the ledger, under this server."""
+        allocator = await self.gpu_allocator()
+        holding = Holding(self.server_key, self.user.name, held_gpus(job), time.time())
+        try:
+            allocator.ledger.restore(holding)
+        except LedgerError as exc:
+            self.log.error("Slurm job %s: %s", job.job_id, exc)
+        self._holding = holding
+        if holding.gpus:
+            self.log.info(
+                "%s: Slurm job %s holds GPU(s) %s",
+                self.server_key,
+                job.job_id,
+                ", ".join(holding.gpus),
+            )
+
+    # -- the course layer's steps, for Slurm ---------------------------------------------------
+
+    async def allocate_gpus(self) -> Holding:
+        """No queue of ScaleLab's: the caps were checked when the student asked
+        (``apply_user_options``); Slurm queues and picks the GPUs."""
+        if self._request is None:  # apply_user_options was overridden by ops: validate here
+            await self.apply_scalelab_options(self.user_options)
+        self._holding = Holding(self.server_key, self.user.name, (), time.time())
+        return self._holding
+
+    async def start(self):
+        self._job = None
+        self._ended = None
+        self._node_addr = ""
+        if self.home_root:
+            Path(self.req_homedir).mkdir(parents=True, exist_ok=True)
+        try:
+            return await super().start()
+        except RuntimeError as exc:
+            if self._ended is None:
+                raise
+            message = f"Your server's job ended before it started: {describe_end(self._ended)}."
+            raise SpawnException(message, log_message=f"{self.server_key}: {exc}") from None
+
+    async def cancel_batch_job(self):
+        if self.job_id:  # nothing submitted yet: nothing to cancel
+            await super().cancel_batch_job()
+
+    async def poll(self):
+        status = await super().poll()
+        if status is not None and self._ended is not None and self.pending != "stop":
+            self._exit_notes.setdefault(
+                self.server_key,
+                f"Your previous server stopped: {describe_end(self._ended)}. "
+                "Files in your home are kept.",
+            )
+        return status
+
+    def _how_it_ended(self, status: int) -> str:
+        if self._ended is not None:
+            return describe_end(self._ended)
+        return super()._how_it_ended(status)
+
+    # -- the pending page ------------------------------------------------------------------------
+
+    async def progress(self):
+        """Slurm's place in the queue and estimated start while the job is pending; then the
+        node and GPUs Slurm gave."""
+        note = self._exit_notes.get(self.server_key)
+        if note:
+            yield {"progress": 0, "message": note}
+        announced = False
+        while self.pending == "spawn":
+            if self._job is not None:
+                if not announced:
+                    announced = True
+                    gpus = ", ".join(self._holding.gpus) if self._holding else ""
+                    yield {
+                        "progress": 50,
+                        "message": (
+                            f"Slurm started job {self._job.job_id} on {self._job.batch_host}"
+                            f" ({gpus or 'CPU only'}); starting your server."
+                        ),
+                        "slurm": self.slurm_summary(),
+                    }
+            elif self.job_id:
+                place = await self.queue_place()
+                if place is not None:
+                    yield self._queue_event(place)
+            await asyncio.sleep(self.slurm_queue_poll_interval)
+
+    def _queue_event(self, place: QueuePlace) -> dict[str, Any]:
+        now = dt.datetime.now()  # Slurm's times are the controller's local time
+        wait_s = None if place.start is None else max(0, (place.start - now).total_seconds())
+        return {
+            "progress": 10,
+            "message": (
+                f"Waiting in Slurm's queue (job {self.job_id}): you are number {place.position} "
+                f"of {place.length}, estimated start {format_start(place.start, now)} "
+                f"(Slurm: {place.reason}). Stop Server cancels the job."
+            ),
+            "scalelab_queue": {
+                "position": place.position,
+                "length": place.length,
+                "wait_s": None if wait_s is None else round(wait_s),
+            },
+            "slurm": {
+                "job_id": self.job_id,
+                "position": place.position,
+                "length": place.length,
+                "estimated_start": None if place.start is None else place.start.isoformat(),
+                "reason": place.reason,
+            },
+        }
+
+    def slurm_summary(self) -> dict[str, Any]:
+        """``{"job_id", "node", "gpus": [GRES indices]}`` of the running job (empty before)."""
+        if self._job is None:
+            return {}
+        node = self._job.batch_host
+        return {
+            "job_id": self._job.job_id,
+            "node": node,
+            "gpus": list(self._job.gpus.get(node, ())),
+        }
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def get_state(self):
+        state = super().get_state()
+        if self._job is not None:
+            state["slurm"] = {**self.slurm_summary(), "address": self._node_addr}
+        return state
+
+    def load_state(self, state):
+        super().load_state(state)
+        saved = state.get("slurm")
+        if saved and saved.get("job_id") == self.job_id:
+            node = saved.get("node", "")
+            self._job = SlurmJob(
+                job_id=saved["job_id"],
+                state="RUNNING",
+                batch_host=node,
+                gpus={node: tuple(saved.get("gpus", ()))} if node else {},
+            )
+            self._node_addr = saved.get("address", "")
+
+    def clear_state(self):
+        super().clear_state()
+        self._job = None
+        self._node_addr = ""

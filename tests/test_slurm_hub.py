@@ -1,0 +1,195 @@
+"""ScaleLabSlurmSpawner under a real hub, against the real Slurm of tests/slurmcluster.py: 4 GPUs
+(GRES) on 2 nodes. Servers are real single-user servers started by Slurm jobs; what a server
+was given is read from its environment through /proc and from its spawner state."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.hubproc import PlainHub, progress_events
+from tests.slurmcluster import SlurmTestCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
+
+STUDENTS = ("alice", "bob", "carol", "dave")
+
+
+def slurm_config(cluster: SlurmTestCluster, state: Path, extra: str = "") -> str:
+    """The operator's configuration of a hub whose servers are jobs of ``cluster``."""
+    return (
+        'c.JupyterHub.spawner_class = "scalelab.spawner.slurm.ScaleLabSlurmSpawner"\n'
+        f"c.ScaleLabSlurmSpawner.store_url = {(state / 'store').as_uri()!r}\n"
+        f"c.ScaleLabSlurmSpawner.kernelspec_path = [{str(state / 'share' / 'jupyter')!r}]\n"
+        f"c.ScaleLabSlurmSpawner.home_root = {str(state / 'homes')!r}\n"
+        'c.ScaleLabSlurmSpawner.gpu_queue_file = ""\n'
+        # the tests run as root: jobs are root's (no sudo), and so are the servers
+        'c.ScaleLabSlurmSpawner.exec_prefix = ""\n'
+        'c.ScaleLabSlurmSpawner.args = ["--allow-root"]\n'
+        f"c.ScaleLabSlurmSpawner.environment = {{'SLURM_CONF': {str(cluster.conf)!r}}}\n"
+        'c.ScaleLabSlurmSpawner.slurm_time_limit = "30"\n'
+        "c.ScaleLabSlurmSpawner.poll_interval = 2\n"
+        "c.ScaleLabSlurmSpawner.startup_poll_interval = 0.5\n"
+        "c.ScaleLabSlurmSpawner.slurm_queue_poll_interval = 1\n" + extra
+    )
+
+
+@pytest.fixture
+def hub(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[PlainHub]:
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))  # the hub's own squeue, scontrol
+    state = tmp_path / "state"
+    state.mkdir()
+    plain = PlainHub(
+        state,
+        slurm_config(
+            slurm_cluster,
+            state,
+            "c.GPUPolicy.dated_limits = [{'from': '2026-01-01', 'groups': ['exam'], "
+            "'max_gpus_per_server': 0}]\n"
+            # a hub restart leaves the servers' jobs running (the fixture cancels them at the end)
+            "c.JupyterHub.cleanup_servers = False\n",
+        ),
+    )
+    try:
+        plain.start()
+        yield plain
+    finally:
+        plain.close()
+        slurm_cluster.command("scancel", "--full", "-u", "root")
+
+
+def _ask(hub: PlainHub, user: str, profile: str) -> int:
+    if hub.api("GET", f"/users/{user}").status_code == 404:
+        assert hub.api("POST", f"/users/{user}").status_code == 201
+    return hub.api("POST", f"/users/{user}/server", json={"user_options": {"profile": profile}})
+
+
+def _ready(hub: PlainHub, user: str, timeout_s: float = 120) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        server = hub.api("GET", f"/users/{user}").json()["servers"].get("")
+        if server and server["ready"]:
+            return server
+        time.sleep(0.5)
+    raise AssertionError(f"{user}'s server never got ready:\n{_log_tail(hub)}")
+
+
+def _gone(hub: PlainHub, user: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while hub.api("GET", f"/users/{user}").json()["servers"]:
+        assert time.monotonic() < deadline, f"{user}'s server never went away"
+        time.sleep(0.5)
+
+
+def _log_tail(hub: PlainHub) -> str:
+    return (hub.state / "hub.log").read_text(errors="replace")[-4000:]
+
+
+def _server_env(user: str) -> dict[str, str]:
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+            if env.get("JUPYTERHUB_USER") == user and "jupyterhub-singleuser" in " ".join(
+                proc.cmdline()
+            ):
+                return env
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    raise AssertionError(f"no running server of {user}")
+
+
+def test_four_gpus_on_two_nodes_then_a_queue_with_place_and_estimate(
+    hub: PlainHub, slurm_cluster: SlurmTestCluster
+):
+    held: dict[str, tuple[str, str]] = {}
+    for user in STUDENTS:
+        assert _ask(hub, user, "gpu-1").status_code in (201, 202)
+    for user in STUDENTS:
+        server = _ready(hub, user)
+        slurm = server["state"]["slurm"]
+        env = _server_env(user)
+        assert env["SLURM_JOB_ID"] == slurm["job_id"]
+        assert env["CUDA_VISIBLE_DEVICES"] == str(slurm["gpus"][0])  # Slurm's, not the hub's
+        held[user] = (slurm["node"], env["CUDA_VISIBLE_DEVICES"])
+        assert server["state"]["scalelab"]["gpus"] == [f"{slurm['node']}/gpu{slurm['gpus'][0]}"]
+    assert sorted(held.values()) == [("n1", "0"), ("n1", "1"), ("n2", "0"), ("n2", "1")]
+
+    board = hub.api("GET", "/scalelab/gpus").json()
+    assert board["source"] == "slurm"
+    holders = {g["uuid"]: g["holder"]["user"] for g in board["gpus"] if g["holder"]}
+    assert holders == {f"{node}/gpu{i}": user for user, (node, i) in held.items()}
+
+    # erin waits in Slurm's queue, and sees her place and Slurm's estimated start
+    assert _ask(hub, "erin", "gpu-1").status_code == 202
+    events = progress_events(hub, "erin", lambda e: "slurm" in e and "position" in e["slurm"])
+    place = events[-1]["slurm"]
+    assert (place["position"], place["length"]) == (1, 1)
+    assert place["estimated_start"] is not None  # backfill's estimate, from the time limits
+    assert "you are number 1 of 1" in events[-1]["message"]
+    assert "estimated start at" in events[-1]["message"]
+    job = place["job_id"]
+    assert f"{job} PENDING" in " ".join(slurm_cluster.jobs())
+
+    # she cancels (Stop Server): the job leaves Slurm's queue, and she can start again at once
+    assert hub.api("DELETE", "/users/erin/server").status_code in (202, 204)
+    _gone(hub, "erin")
+    assert not [j for j in slurm_cluster.jobs() if j.startswith(f"{job} ")]
+    assert _ask(hub, "erin", "cpu").status_code in (201, 202)
+    _ready(hub, "erin")
+    assert _server_env("erin")["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_scancel_from_outside_is_told_with_slurms_reason(
+    hub: PlainHub, slurm_cluster: SlurmTestCluster
+):
+    assert _ask(hub, "frank", "gpu-1").status_code in (201, 202)
+    job = _ready(hub, "frank")["state"]["slurm"]["job_id"]
+    slurm_cluster.command("scancel", job)  # an operator's scancel, not the hub's
+    _gone(hub, "frank")  # poll found it ended
+    told = f"Slurm ended job {job}: it was cancelled (scancel) (CANCELLED)"
+    log = (hub.state / "hub.log").read_text(errors="replace")
+    assert f"frank/ died ({told}) while holding GPU(s)" in log
+    board = hub.api("GET", "/scalelab/gpus").json()
+    assert all(g["holder"] is None for g in board["gpus"])  # its GPU went back
+    # the student can start again at once
+    assert _ask(hub, "frank", "cpu").status_code in (201, 202)
+    _ready(hub, "frank")
+
+
+def test_dated_cap_refuses_before_anything_is_submitted(
+    hub: PlainHub, slurm_cluster: SlurmTestCluster
+):
+    assert hub.api("POST", "/users/gina").status_code == 201
+    assert hub.api("POST", "/groups/exam").status_code in (201, 409)
+    assert hub.api("POST", "/groups/exam/users", json={"users": ["gina"]}).status_code == 200
+    before = slurm_cluster.jobs()
+    answer = hub.api("POST", "/users/gina/server", json={"user_options": {"profile": "gpu-1"}})
+    assert answer.status_code in (400, 409), answer.text
+    assert "from 2026-01-01" in answer.text
+    assert slurm_cluster.jobs() == before  # nothing reached Slurm
+
+
+def test_a_restarted_hub_knows_the_job_its_node_and_gpus(
+    hub: PlainHub, slurm_cluster: SlurmTestCluster
+):
+    assert _ask(hub, "hana", "gpu-2").status_code in (201, 202)
+    before = _ready(hub, "hana")["state"]
+    hub.stop()  # the server keeps running in its job
+    hub.start()
+    after = _ready(hub, "hana")["state"]
+    assert after["job_id"] == before["job_id"] and after["slurm"] == before["slurm"]
+    assert len(before["slurm"]["gpus"]) == 2
+    board = hub.api("GET", "/scalelab/gpus").json()
+    held = sorted(g["uuid"] for g in board["gpus"] if g["holder"])
+    node = before["slurm"]["node"]
+    assert held == [f"{node}/gpu0", f"{node}/gpu1"]
+    assert hub.api("GET", "/users/hana/server/progress").status_code in (200, 400)
+    assert hub.api("DELETE", "/users/hana/server").status_code in (202, 204)
+    _gone(hub, "hana")
+    assert not [j for j in slurm_cluster.jobs() if j.startswith(f"{before['job_id']} ")]
