@@ -706,6 +706,16 @@ def install(shell: Any, namespace: Mapping[str, Any]) -> None:
     shown_for: dict[int, BaseException] = {}  # id(the cell's error) -> what was shown
 
     def handler(self: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None):
+        interrupt = spark_interrupt.interrupt_in(value)
+        if interrupt is not None:
+            # A Py4J call cut by the student's interrupt (see interrupt_in): shown, and
+            # replied, as the interrupt it is, not as a lost driver.
+            shown_for.clear()
+            shown_for[id(value)] = interrupt
+            self.showtraceback(
+                (KeyboardInterrupt, interrupt, interrupt.__traceback__), tb_offset=tb_offset
+            )
+            return None
         # IPython and ipykernel turn the error into text several times; a handler that raises
         # is unregistered. The text is taken first, once (the JVM may die at any moment).
         shown = printable(value)
@@ -733,7 +743,7 @@ def install(shell: Any, namespace: Mapping[str, Any]) -> None:
             result.error_in_exec = shown_for[id(error)]
         shown_for.clear()
 
-    from scalelab.kernels import torch_ranks
+    from scalelab.kernels import spark_interrupt, torch_ranks
 
     torch_ranks.install()  # keeps what TorchDistributor's ranks print, for _rank_failed
     shell.set_custom_exc(spark_exception_types(), handler)

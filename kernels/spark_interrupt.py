@@ -18,6 +18,7 @@ its own: the main thread's was cut in the middle of the interrupted call.
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 from typing import Any
@@ -59,12 +60,41 @@ def cancel_all_jobs(wait_s: float = CANCEL_WAIT_S) -> bool:
     return True
 
 
+def interrupt_in(error: BaseException | None) -> KeyboardInterrupt | None:
+    """The ``KeyboardInterrupt`` in ``error``'s chain (itself, its ``__cause__`` or
+    ``__context__``, and theirs), or None.
+
+    An interrupt that comes while the main thread waits in a Py4J call makes py4j shut that
+    connection down and raise the interrupt again; a ``finally`` of PySpark's on the way out
+    (TorchDistributor's, a call-site reset) then calls the driver on the closed connection and
+    raises ``Py4JNetworkError``, whose ``__context__`` is the interrupt. The student
+    interrupted; the driver is fine.
+    """
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+class _Py4JInterruptLine(logging.Filter):
+    """Drops py4j's ``logging.exception("KeyboardInterrupt while sending command.")`` (on the
+    root logger: a traceback dump under the cell for every interrupt during a Py4J call)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "KeyboardInterrupt while sending command."
+
+
 def install(shell: Any) -> None:
-    """Cancel the kernel's Spark jobs after each cell that ends in ``KeyboardInterrupt``
-    (``shell``: the kernel's ``InteractiveShell``)."""
+    """Cancel the kernel's Spark jobs after each cell that ends in ``KeyboardInterrupt`` (or in
+    an error raised while one was handled: :func:`interrupt_in`) (``shell``: the kernel's
+    ``InteractiveShell``)."""
+    logging.getLogger().addFilter(_Py4JInterruptLine())
 
     def after(result: Any) -> None:
-        if isinstance(getattr(result, "error_in_exec", None), KeyboardInterrupt):
+        if interrupt_in(getattr(result, "error_in_exec", None)) is not None:
             if cancel_all_jobs():
                 print(
                     "ScaleLab: interrupted: the cell's Spark jobs were cancelled "

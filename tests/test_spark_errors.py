@@ -489,3 +489,59 @@ def test_a_barrier_stage_larger_than_the_cluster_names_num_processes_and_the_slo
     assert "at most 2 processes" in explanation.fix
     unknown = explain(BARRIER, {"spark.master": "yarn"}, {})  # a dead JVM: no live figures
     assert unknown is not None and "yarn has fewer" in unknown.title
+
+
+def _interrupted_py4j_call() -> BaseException:
+    """What a cell raises when the student interrupts it while it waits in a Py4J call: py4j
+    re-raises the interrupt, and a ``finally`` on the way out calls the driver on the closed
+    connection (seen in CI with TorchDistributor)."""
+    from py4j.protocol import Py4JNetworkError
+
+    try:
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise Py4JNetworkError("Error while sending or receiving")
+    except Py4JNetworkError as exc:
+        return exc
+
+
+def test_an_interrupt_cut_py4j_call_is_shown_and_replied_as_the_interrupt(capsys):
+    from scalelab.kernels.spark_errors import install
+
+    shell = _kernel_shell()
+    shell.user_ns["cut"] = _interrupted_py4j_call
+    install(shell, shell.user_ns)
+    result = shell.run_cell("raise cut()")
+    shown = "".join(capsys.readouterr())
+    assert isinstance(result.error_in_exec, KeyboardInterrupt)  # what the reply names
+    assert "KeyboardInterrupt" in shown
+    assert "driver JVM is gone" not in shown and "Restart the kernel" not in shown
+
+
+def test_interrupt_in_finds_the_interrupt_in_the_chain_only():
+    from scalelab.kernels.spark_interrupt import interrupt_in
+
+    error = _interrupted_py4j_call()
+    assert isinstance(interrupt_in(error), KeyboardInterrupt)
+    assert isinstance(interrupt_in(KeyboardInterrupt()), KeyboardInterrupt)
+    assert interrupt_in(ValueError("x")) is None and interrupt_in(None) is None
+    looped = ValueError("a")
+    looped.__context__ = ValueError("b")
+    looped.__context__.__context__ = looped
+    assert interrupt_in(looped) is None
+
+
+def test_py4js_interrupt_traceback_line_is_kept_from_the_cell():
+    import logging
+
+    from scalelab.kernels.spark_interrupt import _Py4JInterruptLine
+
+    keep = _Py4JInterruptLine()
+    drop = logging.LogRecord(
+        "root", logging.ERROR, "x", 1, "KeyboardInterrupt while sending command.", None, None
+    )
+    other = logging.LogRecord(
+        "root", logging.ERROR, "x", 1, "Exception while sending command.", None, None
+    )
+    assert not keep.filter(drop) and keep.filter(other)
