@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from scalelab.store.access.kerberos import KerberosLogin, missing_ticket_error, ticket_failure
+from scalelab.store.access.kerberos import (
+    MIT_DEFAULT_CACHE,
+    KerberosLogin,
+    missing_ticket_error,
+    ticket_failure,
+)
 from scalelab.store.errors import StoreConfigError
 
 #: Port of a namenode's RPC service when neither the URL nor the configuration gives one.
@@ -40,9 +45,6 @@ CONF_FILES = ("core-site.xml", "hdfs-site.xml")
 #: connect time-out (about 2 minutes on Linux).
 FAILOVER_ATTEMPTS_KEY = "dfs.client.failover.max.attempts"
 FAILOVER_ATTEMPTS = "1"
-#: MIT Kerberos' ticket cache when ``KRB5CCNAME`` is unset (its built-in ``DEFCCNAME``), a
-#: system convention rather than a path of ours.
-MIT_DEFAULT_CACHE = "/tmp/krb5cc_{uid}"
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,11 @@ from dataclasses import dataclass
 from scalelab import envvars
 from scalelab.store.errors import KerberosTicketError
 
+#: MIT Kerberos' ticket cache when ``KRB5CCNAME`` is unset: its compiled-in ``DEFCCNAME``, the
+#: file ``krb5cc_%{uid}`` in the root's ``tmp`` folder on every Unix (MIT's source), a system
+#: convention rather than a path of ours; ``{uid}`` is the user's numeric id.
+MIT_DEFAULT_CACHE = os.path.join(os.sep, "tmp", "krb5cc_{uid}")
+
 
 @dataclass(frozen=True)
 class KerberosLogin:
@@ -36,7 +41,7 @@ class KerberosLogin:
     keytab
         Path of the principal's keytab, from ``SCALELAB_KERBEROS_KEYTAB``; None when unset.
     cache
-        The ticket cache as ``KRB5CCNAME`` names it, or the MIT default ``/tmp/krb5cc_<uid>``.
+        The ticket cache as ``KRB5CCNAME`` names it, or :data:`MIT_DEFAULT_CACHE`.
     """
 
     principal: str | None
@@ -46,7 +51,8 @@ class KerberosLogin:
     @classmethod
     def from_environ(cls, environ: Mapping[str, str], uid: int) -> KerberosLogin:
         """The login the environment describes (pure)."""
-        cache = environ.get("KRB5CCNAME", "").strip() or f"FILE:/tmp/krb5cc_{uid}"
+        default = f"FILE:{MIT_DEFAULT_CACHE.format(uid=uid)}"
+        cache = environ.get("KRB5CCNAME", "").strip() or default
         return cls(
             environ.get(envvars.KERBEROS_PRINCIPAL, "").strip() or None,
             environ.get(envvars.KERBEROS_KEYTAB, "").strip() or None,
