@@ -365,11 +365,33 @@ def _rank_failed(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> 
     )
 
 
+def _tf_worker_failed(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
+    from scalelab.kernels.tf_distributor import parse_failure
+
+    failure = parse_failure(text)
+    assert failure is not None  # the rule's pattern matched
+    lines = failure["lines"]
+    start = max((i for i, x in enumerate(lines) if x.startswith("Traceback")), default=len(lines))
+    shown = lines[max(0, start - 3) : start] + lines[start:][-RANK_LINES_SHOWN:]
+    last = "\n".join(f"      {line}" for line in shown) if shown else "      (no output kept)"
+    who = f"worker {failure['worker']} of {failure['workers']}"
+    return Explanation(
+        f"{who} of the TFDistributor job failed on {failure['host']}: {failure['why']}. The "
+        "other workers were stopped with it (a barrier stage ends as a whole).",
+        ("the training function",),
+        f"worker {failure['worker']}'s last lines:\n{last}\n"
+        "  fix the training function; to debug it, run it in one worker first: "
+        "TFDistributor(num_workers=1).run(train, ...). Each worker's whole output is in its "
+        "executor's log (the server's log view).",
+    )
+
+
 _Rule = Callable[[str, Mapping[str, str], Mapping[str, str]], Explanation]
 
 #: (pattern over "<exception type>: <message>", explanation builder), first match wins.
 RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
     (TORCH_FAILED, _rank_failed),
+    (re.compile(r"TensorFlow worker \d+ of \d+ on \S+ .*; its last lines:"), _tf_worker_failed),
     (
         re.compile(r"HADOOP_CONF_DIR (or|nor) YARN_CONF_DIR|no yarn-site\.xml in", re.I),
         _no_yarn_conf,
