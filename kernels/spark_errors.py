@@ -386,11 +386,28 @@ def _tf_worker_failed(text: str, conf: Mapping[str, str], env: Mapping[str, str]
     )
 
 
+def _torch_gpus_unset(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
+    gpus = conf.get("spark.task.resource.gpu.amount") or conf.get(
+        "spark.driver.resource.gpu.amount"
+    )
+    return Explanation(
+        "TorchDistributor asks for GPUs unless told otherwise (use_gpu=True is its default), "
+        f"and this session gives its tasks {'no GPU' if not gpus else gpus + ' GPU(s)'} "
+        "(spark.task.resource.gpu.amount is not set).",
+        ("use_gpu", "spark.task.resource.gpu.amount"),
+        "on CPUs, pass use_gpu=False: TorchDistributor(num_processes=2, local_mode=False, "
+        "use_gpu=False); for GPUs, start your server with a GPU profile (its session then "
+        "declares the GPUs it holds) or, on a cluster with GPU executors, ask ops for "
+        "spark.executor.resource.gpu.amount and spark.task.resource.gpu.amount.",
+    )
+
+
 _Rule = Callable[[str, Mapping[str, str], Mapping[str, str]], Explanation]
 
 #: (pattern over "<exception type>: <message>", explanation builder), first match wins.
 RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
     (TORCH_FAILED, _rank_failed),
+    (re.compile(r"'spark\.task\.resource\.gpu\.amount' was unset"), _torch_gpus_unset),
     (re.compile(r"TensorFlow worker \d+ of \d+ on \S+ .*; its last lines:"), _tf_worker_failed),
     (
         re.compile(r"HADOOP_CONF_DIR (or|nor) YARN_CONF_DIR|no yarn-site\.xml in", re.I),
@@ -775,11 +792,19 @@ def install(shell: Any, namespace: Mapping[str, Any]) -> None:
 def spark_exception_types() -> tuple[type[BaseException], ...]:
     """The exception classes a Spark failure raises in a cell: py4j's ``Py4JError`` (a Java
     exception, a lost driver), PySpark's ``PySparkException``, :class:`SparkStartError`,
-    ``ConnectionError`` (a dead driver's socket) and ``AttributeError`` (a stopped session).
+    ``ConnectionError`` (a dead driver's socket), ``AttributeError`` (a stopped session) and
+    ``RuntimeError`` (TorchDistributor's own checks); any other error is shown as IPython shows
+    it.
     Never ``SyntaxError``: IPython's own display of a cell that does not parse is kept."""
     from scalelab.kernels.spark_session import SparkStartError
 
-    found: list[type[BaseException]] = [SparkStartError, ConnectionError, AttributeError]
+    # RuntimeError: what pyspark's TorchDistributor raises for its own checks.
+    found: list[type[BaseException]] = [
+        SparkStartError,
+        ConnectionError,
+        AttributeError,
+        RuntimeError,
+    ]
     try:
         from py4j.protocol import Py4JError
 

@@ -545,3 +545,26 @@ def test_py4js_interrupt_traceback_line_is_kept_from_the_cell():
         "root", logging.ERROR, "x", 1, "Exception while sending command.", None, None
     )
     assert not keep.filter(drop) and keep.filter(other)
+
+
+#: pyspark's TorchDistributor (``_get_num_tasks``) on a session whose tasks have no GPU, with
+#: its default ``use_gpu=True`` (the message as pyspark 4 words it).
+TORCH_NO_GPU = "'spark.task.resource.gpu.amount' was unset, so gpu usage is unavailable."
+
+
+def test_torchdistributors_default_use_gpu_on_a_cpu_session_names_use_gpu_false(capsys):
+    from scalelab.kernels.spark_errors import install
+
+    shell = _kernel_shell()
+    install(shell, shell.user_ns)
+    result = shell.run_cell(f"raise RuntimeError({TORCH_NO_GPU!r})")
+    shown = "".join(capsys.readouterr())
+    assert isinstance(result.error_in_exec, RuntimeError)
+    assert "ScaleLab: TorchDistributor asks for GPUs unless told otherwise" in shown
+    assert "Setting to change: use_gpu, spark.task.resource.gpu.amount" in shown
+    assert "use_gpu=False" in shown
+    assert TORCH_NO_GPU in shown  # the error itself stays below
+    other = shell.run_cell("raise RuntimeError('a plain runtime error')")
+    plain = "".join(capsys.readouterr())
+    assert isinstance(other.error_in_exec, RuntimeError)
+    assert "a plain runtime error" in plain and "ScaleLab:" not in plain  # left as IPython shows it
