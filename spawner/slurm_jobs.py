@@ -39,6 +39,24 @@ _ENDINGS = {
     "SPECIAL_EXIT": "it ended in a special exit state",
 }
 
+#: What the usual pending reasons of ``squeue`` (``%r``) mean, for the student.
+_REASONS = {
+    "Resources": "the GPUs or CPUs it asks for are in use",
+    "Priority": "jobs ahead of it in Slurm's order go first",
+    "QOSMaxGRESPerUser": "your QOS's GPU limit per user",
+    "QOSMaxJobsPerUserLimit": "your QOS's job limit per user",
+    "AssocGrpGRES": "your account's GPU limit",
+    "ReqNodeNotAvail": "a node it needs is not available",
+    "PartitionDown": "the partition is down",
+    "BeginTime": "its start time has not come",
+}
+
+
+def explain_reason(reason: str) -> str:
+    """A pending reason of Slurm's in words (``"Resources"`` -> ``"the GPUs or CPUs it asks for
+    are in use"``); ``""`` for a reason not listed here (Slurm's own word is shown then)."""
+    return _REASONS.get(reason, "")
+
 
 @dataclass(frozen=True)
 class SlurmJob:
