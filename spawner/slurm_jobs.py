@@ -274,9 +274,11 @@ def sbatch_directives(
     account: str = "",
     extra: Iterable[str] = (),
 ) -> list[str]:
-    """The ``sbatch`` options of one server's job: ``--gres=gpu:N`` for a GPU request, then the
-    profile's partition, QOS, time limit and account (each left out when empty), then
-    ``extra`` as given.
+    """The ``sbatch`` options of one server's job: ``--no-requeue`` (always: a job Slurm
+    requeued after a node failure or a preemption would be pending again, and the hub would
+    take it for the running server; it ends with ``NODE_FAIL`` or ``PREEMPTED`` instead, which
+    the student is told), ``--gres=gpu:N`` for a GPU request, then the profile's partition,
+    QOS, time limit and account (each left out when empty), then ``extra`` as given.
 
     Raises
     ------
@@ -286,7 +288,7 @@ def sbatch_directives(
     """
     if gpus < 0:
         raise ValueError(f"a job cannot ask for {gpus} GPUs")
-    options = [f"--gres=gpu:{gpus}"] if gpus else []
+    options = ["--no-requeue"] + ([f"--gres=gpu:{gpus}"] if gpus else [])
     for flag, value in (
         ("partition", partition),
         ("qos", qos),

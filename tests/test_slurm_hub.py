@@ -6,6 +6,7 @@ docs/screenshot-slurm-pending.png."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -211,9 +212,22 @@ def test_four_gpus_on_two_nodes_a_queue_in_the_browser_and_a_time_limit_told(
             browser.close()
 
 
-def test_scancel_from_outside_is_told_with_slurms_reason(
+def _node_state(cluster: SlurmTestCluster, node: str) -> str:
+    return cluster.command("sinfo", "-h", "-n", node, "-o", "%t").strip()
+
+
+def _node_in_service(cluster: SlurmTestCluster, node: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (state := _node_state(cluster, node)) not in ("idle", "mix", "alloc"):
+        assert time.monotonic() < deadline, f"node {node} never came back: {state}"
+        time.sleep(0.5)
+
+
+def test_jobs_ended_outside_the_hub_are_told_with_slurms_reason(
     hub: PlainHub, slurm_cluster: SlurmTestCluster
 ):
+    """An operator's scancel (CANCELLED), then a node going down under a job (NODE_FAIL; the
+    job is not requeued): each student's server goes, with Slurm's reason, and its GPU with it."""
     assert _ask(hub, "frank", "gpu-1").status_code in (201, 202)
     job = _ready(hub, "frank")["state"]["slurm"]["job_id"]
     slurm_cluster.command("scancel", job)  # an operator's scancel, not the hub's
@@ -226,6 +240,29 @@ def test_scancel_from_outside_is_told_with_slurms_reason(
     # the student can start again at once
     assert _ask(hub, "frank", "cpu").status_code in (201, 202)
     _ready(hub, "frank")
+
+    # the node under gus's job goes down (as slurmctld marks a node that stops answering)
+    assert _ask(hub, "gus", "gpu-1").status_code in (201, 202)
+    slurm = _ready(hub, "gus")["state"]["slurm"]
+    node = slurm["node"]
+    slurm_cluster.command("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=test")
+    try:
+        _gone(hub, "gus")
+        sacct = slurm_cluster.command(
+            "sacct", "-n", "-P", "-X", "-o", "State", "-j", slurm["job_id"]
+        )
+        assert sacct.split() == ["NODE_FAIL"]  # ended, not requeued (--no-requeue)
+        told = f"Slurm ended job {slurm['job_id']}: its node failed (NODE_FAIL"
+        log = (hub.state / "hub.log").read_text(errors="replace")
+        assert f"gus/ died ({told}" in log
+        assert not [j for j in slurm_cluster.jobs() if j.startswith(f"{slurm['job_id']} ")]
+    finally:  # back to service (ReturnToService=2 may have done it when slurmd registered)
+        if slurm_cluster.command("sinfo", "-h", "-n", node, "-o", "%t").strip() != "idle":
+            subprocess.run(
+                ["scontrol", "update", f"NodeName={node}", "State=RESUME"],
+                env=slurm_cluster.env, capture_output=True, timeout=60, check=False,
+            )  # fmt: skip
+        _node_in_service(slurm_cluster, node)
 
 
 def test_dated_cap_refuses_before_anything_is_submitted(

@@ -102,14 +102,16 @@ def test_sacct_line():
 
 
 def test_directives_of_a_profile():
-    assert sbatch_directives(0) == []
+    assert sbatch_directives(0) == ["--no-requeue"]
     assert sbatch_directives(2, partition="gpu", qos="course", time_limit="4:00:00") == [
+        "--no-requeue",
         "--gres=gpu:2",
         "--partition=gpu",
         "--qos=course",
         "--time=4:00:00",
     ]
     assert sbatch_directives(1, account="dl", extra=["--constraint=h100"]) == [
+        "--no-requeue",
         "--gres=gpu:1",
         "--account=dl",
         "--constraint=h100",
