@@ -26,6 +26,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
+
 from scalelab.commands.up import free_port
 
 NODES = ("n1", "n2")
@@ -267,6 +269,7 @@ PartitionName={PARTITION} Nodes={",".join(NODES)} Default=YES DefaultTime=60 Sta
                 time.sleep(0.1)
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+        self._kill_strays()
         for proc in self._procs:  # MariaDB last: slurmdbd writes to it until it ends
             proc.terminate()
             try:
@@ -276,6 +279,25 @@ PartitionName={PARTITION} Nodes={",".join(NODES)} Default=YES DefaultTime=60 Sta
                 proc.wait(timeout=10)
         for log in self._logs:
             log.close()
+
+    def _kill_strays(self) -> None:
+        """SIGKILL what the daemons left of this cluster's jobs: a job on a node that went down
+        (a failed test that left it down) keeps its slurmstepd and processes after slurmd
+        ends. They are found by this cluster's ``SLURM_CONF`` in ``/proc/<pid>/environ``, read
+        raw: slurmstepd's process title overwrites the start of that block."""
+        needle = f"SLURM_CONF={self.conf}\0".encode()
+        strays = []
+        for proc in psutil.process_iter():
+            try:
+                with open(f"/proc/{proc.pid}/environ", "rb") as environ:
+                    if needle in environ.read() and proc.pid != os.getpid():
+                        strays.append(proc)
+            except OSError:
+                continue
+        for proc in strays:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        psutil.wait_procs(strays, timeout=10)
 
 
 def _alive(pid: int) -> bool:

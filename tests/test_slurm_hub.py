@@ -177,7 +177,7 @@ def test_four_gpus_on_two_nodes_a_queue_in_the_browser_and_a_time_limit_told(
             expect(message).to_contain_text("you are number 2 of 2", timeout=60_000)
             expect(message).to_contain_text("Slurm's estimated start: at ")
             expect(page.locator("#scalelab-queue-help")).to_contain_text("Slurm's queue")
-            page.screenshot(path=str(PENDING_SCREENSHOT))
+            page.screenshot(path=str(PENDING_SCREENSHOT), animations="disabled")
 
             events = progress_events(hub, "erin", lambda e: "position" in e.get("slurm", {}))
             place = events[-1]["slurm"]
