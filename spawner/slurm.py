@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import html
 import pwd
 import subprocess
 import sys
@@ -51,6 +52,7 @@ from scalelab.spawner.slurm_jobs import (
     QueuePlace,
     SlurmJob,
     describe_end,
+    explain_reason,
     format_start,
     gpu_id,
     held_gpus,
@@ -392,12 +394,14 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
     # -- the pending page ------------------------------------------------------------------------
 
     async def progress(self):
-        """Slurm's place in the queue and estimated start while the job is pending; then the
-        node and GPUs Slurm gave."""
+        """Slurm's place in the queue and estimated start while the job is pending (an event
+        each time they or Slurm's reason change, looked at every
+        ``slurm_queue_poll_interval`` seconds); then the node and GPUs Slurm gave."""
         note = self._exit_notes.get(self.server_key)
         if note:
             yield {"progress": 0, "message": note}
         announced = False
+        shown = ""
         while self.pending == "spawn":
             if self._job is not None:
                 if not announced:
@@ -414,18 +418,37 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
             elif self.job_id:
                 place = await self.queue_place()
                 if place is not None:
-                    yield self._queue_event(place)
+                    event = self._queue_event(place)
+                    if event["message"] != shown:  # a new place, estimate or reason
+                        shown = event["message"]
+                        yield event
             await asyncio.sleep(self.slurm_queue_poll_interval)
 
     def _queue_event(self, place: QueuePlace) -> dict[str, Any]:
+        """The progress event of a pending job: ``message`` (plain text), ``html_message`` (what
+        JupyterHub's pending page shows: place, estimated start, Slurm's reason, one a line),
+        ``scalelab_queue`` (``position``, ``length``, ``wait_s`` in seconds or None) and
+        ``slurm`` (``job_id``, ``position``, ``length``, ``estimated_start`` in ISO 8601 local
+        time of the controller or None, ``reason``)."""
         now = dt.datetime.now()  # Slurm's times are the controller's local time
         wait_s = None if place.start is None else max(0, (place.start - now).total_seconds())
+        start = format_start(place.start, now)
+        why = explain_reason(place.reason)
         return {
             "progress": 10,
             "message": (
                 f"Waiting in Slurm's queue (job {self.job_id}): you are number {place.position} "
-                f"of {place.length}, estimated start {format_start(place.start, now)} "
-                f"(Slurm: {place.reason}). Stop Server cancels the job."
+                f"of {place.length}, estimated start {start} (Slurm: {place.reason}). "
+                "Stop Server cancels the job."
+            ),
+            "html_message": (
+                '<span class="scalelab-slurm-queue">'
+                f"Waiting in Slurm's queue: you are <strong>number {place.position} of "
+                f"{place.length}</strong>.<br>Slurm's estimated start: <strong>"
+                f"{html.escape(start)}</strong>.<br>"
+                f"Job {html.escape(self.job_id)} waits for: {html.escape(place.reason)}"
+                f"{html.escape(f' ({why})') if why else ''}.<br>"
+                "<strong>Stop Server</strong> cancels the job.</span>"
             ),
             "scalelab_queue": {
                 "position": place.position,

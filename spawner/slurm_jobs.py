@@ -39,6 +39,24 @@ _ENDINGS = {
     "SPECIAL_EXIT": "it ended in a special exit state",
 }
 
+#: What the usual pending reasons of ``squeue`` (``%r``) mean, for the student.
+_REASONS = {
+    "Resources": "the GPUs or CPUs it asks for are in use",
+    "Priority": "jobs ahead of it in Slurm's order go first",
+    "QOSMaxGRESPerUser": "your QOS's GPU limit per user",
+    "QOSMaxJobsPerUserLimit": "your QOS's job limit per user",
+    "AssocGrpGRES": "your account's GPU limit",
+    "ReqNodeNotAvail": "a node it needs is not available",
+    "PartitionDown": "the partition is down",
+    "BeginTime": "its start time has not come",
+}
+
+
+def explain_reason(reason: str) -> str:
+    """A pending reason of Slurm's in words (``"Resources"`` -> ``"the GPUs or CPUs it asks for
+    are in use"``); ``""`` for a reason not listed here (Slurm's own word is shown then)."""
+    return _REASONS.get(reason, "")
+
 
 @dataclass(frozen=True)
 class SlurmJob:
@@ -256,9 +274,11 @@ def sbatch_directives(
     account: str = "",
     extra: Iterable[str] = (),
 ) -> list[str]:
-    """The ``sbatch`` options of one server's job: ``--gres=gpu:N`` for a GPU request, then the
-    profile's partition, QOS, time limit and account (each left out when empty), then
-    ``extra`` as given.
+    """The ``sbatch`` options of one server's job: ``--no-requeue`` (always: a job Slurm
+    requeued after a node failure or a preemption would be pending again, and the hub would
+    take it for the running server; it ends with ``NODE_FAIL`` or ``PREEMPTED`` instead, which
+    the student is told), ``--gres=gpu:N`` for a GPU request, then the profile's partition,
+    QOS, time limit and account (each left out when empty), then ``extra`` as given.
 
     Raises
     ------
@@ -268,7 +288,7 @@ def sbatch_directives(
     """
     if gpus < 0:
         raise ValueError(f"a job cannot ask for {gpus} GPUs")
-    options = [f"--gres=gpu:{gpus}"] if gpus else []
+    options = ["--no-requeue"] + ([f"--gres=gpu:{gpus}"] if gpus else [])
     for flag, value in (
         ("partition", partition),
         ("qos", qos),

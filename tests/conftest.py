@@ -81,7 +81,8 @@ def hdfs_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HadoopTes
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmTestCluster]:
     """A real Slurm (munged, slurmctld, slurmd ``n1`` and ``n2``, 2 GPUs each as GRES), started
-    once per test run (about 2 s) and stopped at its end, also when tests fail.
+    once per test run (about 6 s with its accounting: MariaDB and slurmdbd) and stopped at its
+    end, also when tests fail.
 
     Skips, naming the fix, without Debian's Slurm packages or without root; fails every test
     that uses it, with the daemons' last log lines, where the cluster does not come up.

@@ -293,6 +293,7 @@ class PlainHub:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = secrets.token_hex(16)
+        self.password = secrets.token_urlsafe(12)  # every student's login (a browser test's)
         settings = UpSettings(
             state_dir=str(state),
             store_url=(state / "store").as_uri(),
@@ -315,7 +316,7 @@ class PlainHub:
         self.log = open(state / "hub.log", "ab")
 
     def start(self) -> None:
-        env = {**os.environ, "SCALELAB_PASSWORD": secrets.token_urlsafe(12)}
+        env = {**os.environ, "SCALELAB_PASSWORD": self.password}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyterhub", "-f", str(self.config)],
             cwd=self.state, env=env, stdout=self.log, stderr=subprocess.STDOUT,

@@ -9,35 +9,59 @@ nothing opens them), so Slurm hands out real GRES indices and sets each job's
 ``CUDA_VISIBLE_DEVICES``. MUNGE runs with
 its own key and socket in the folder; nothing under /etc is touched. Needs root (slurmd, mknod).
 
-No accounting database (slurmdbd needs MySQL): ``sacct`` says accounting is disabled, and ended
-jobs are read with ``scontrol show job`` (kept ``MinJobAge`` = 600 s).
+Accounting is real: a MariaDB server of the cluster's own (``mariadb-install-db`` into the
+folder, ``mariadbd`` on a free port of 127.0.0.1, an ``--init-file`` making the ``slurm`` user)
+and ``slurmdbd`` on it, so ``sacct`` tells how each job ended (``TIMEOUT``, ``CANCELLED``...).
+slurmctld registers the cluster itself on its first connection. Both add about 5 s to the start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
+
+import psutil
 
 from scalelab.commands.up import free_port
 
 NODES = ("n1", "n2")
 GPUS_PER_NODE = 2
 PARTITION = "gpu"
-DEBIAN_PACKAGES = "slurm-wlm slurmctld slurmd slurm-client munge"
+DEBIAN_PACKAGES = (
+    "slurm-wlm slurmctld slurmd slurm-client slurmdbd munge mariadb-server-core mariadb-client-core"
+)
+#: The MariaDB user and database of slurmdbd (``StorageUser``, ``StorageLoc``).
+DB_USER, DB_NAME = "slurm", "slurm_acct_db"
 
 
 def missing_commands() -> list[str]:
-    """The Slurm and MUNGE commands this machine lacks (empty: the cluster can start)."""
-    need = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel")
+    """The Slurm, MUNGE and MariaDB commands this machine lacks (empty: the cluster can start)."""
+    need = (
+        "munged", "mungekey", "slurmctld", "slurmd", "slurmdbd", "sbatch", "squeue", "scontrol",
+        "scancel", "sacct", "mariadbd", "mariadb-install-db",
+    )  # fmt: skip
     return [c for c in need if shutil.which(c) is None]
 
 
+def _wait_for_port(port: int, deadline: float) -> bool:
+    """True once something accepts TCP connections on 127.0.0.1:``port`` before ``deadline``
+    (``time.monotonic()``)."""
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return True
+        time.sleep(0.2)
+    return False
+
+
 class SlurmTestCluster:
-    """munged + slurmctld + slurmd ``n1`` and ``n2`` under ``root`` (a temporary folder).
+    """munged, mariadbd, slurmdbd, slurmctld and slurmd ``n1`` and ``n2`` under ``root`` (a
+    temporary folder).
 
     ``env`` is the environment the Slurm commands need (``SLURM_CONF``). :meth:`start` raises
     ``RuntimeError`` with the daemons' last log lines when the cluster does not come up;
@@ -49,17 +73,42 @@ class SlurmTestCluster:
         self.conf = root / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         self._procs: list[subprocess.Popen] = []
+        self._logs: list = []
         self._pids: list[Path] = []
 
     def _write_config(self) -> None:
         r = self.root
-        for sub in ("run", "state", "dev", *(f"spool/{n}" for n in NODES)):
+        for sub in ("run", "state", "dev", "db", *(f"spool/{n}" for n in NODES)):
             (r / sub).mkdir(parents=True, exist_ok=True)
         for i in range(len(NODES) * GPUS_PER_NODE):
             dev = r / "dev" / f"nvidia{i}"
             if not dev.exists():
                 os.mknod(dev, 0o600 | 0o020000, os.makedev(195, i))
         ctld, node_ports = free_port(), [free_port() for _ in NODES]
+        self.db_port, self.dbd_port = free_port(), free_port()
+        # slurmdbd reads slurmdbd.conf beside slurm.conf; it must be its user's alone (0600).
+        dbd_conf = r / "slurmdbd.conf"
+        dbd_conf.touch(mode=0o600)
+        dbd_conf.write_text(
+            f"""AuthType=auth/munge
+AuthInfo=socket={r}/run/munge.sock
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort={self.dbd_port}
+SlurmUser=root
+PidFile={r}/run/slurmdbd.pid
+LogFile={r}/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={self.db_port}
+StorageUser={DB_USER}
+StorageLoc={DB_NAME}
+"""
+        )
+        (r / "db-init.sql").write_text(
+            f"CREATE USER IF NOT EXISTS '{DB_USER}'@'127.0.0.1';\n"
+            f"GRANT ALL ON {DB_NAME}.* TO '{DB_USER}'@'127.0.0.1';\n"
+        )
         nodes = "\n".join(
             f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs=4 "
             f"RealMemory=2000 Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN"
@@ -94,7 +143,10 @@ SlurmdParameters=config_overrides
 MinJobAge=600
 KillWait=5
 JobCompType=jobcomp/none
-AccountingStorageType=accounting_storage/none
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort={self.dbd_port}
+AccountingStoragePass={r}/run/munge.sock
 {nodes}
 PartitionName={PARTITION} Nodes={",".join(NODES)} Default=YES DefaultTime=60 State=UP
 """
@@ -122,12 +174,13 @@ PartitionName={PARTITION} Nodes={",".join(NODES)} Default=YES DefaultTime=60 Sta
             f"--seed-file={r}/run/munge.seed", "--force",
         )  # fmt: skip
         self._pids.append(r / "run" / "munged.pid")
+        deadline = time.monotonic() + timeout_s
+        self._start_accounting(deadline)
         self._run("slurmctld", "-f", str(self.conf))
         self._pids.append(r / "run" / "slurmctld.pid")
         for node in NODES:
             self._run("slurmd", "-f", str(self.conf), "-N", node)
             self._pids.append(r / "run" / f"slurmd-{node}.pid")
-        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             out = subprocess.run(
                 ["sinfo", "-h", "-N", "-o", "%N %t"],
@@ -139,10 +192,38 @@ PartitionName={PARTITION} Nodes={",".join(NODES)} Default=YES DefaultTime=60 Sta
             time.sleep(0.5)
         raise RuntimeError(f"the Slurm test cluster did not come up:\n{self.last_logs()}")
 
+    def _start_accounting(self, deadline: float) -> None:
+        """A fresh MariaDB in ``db/`` and slurmdbd on it, each waited for on its port."""
+        r = self.root
+        if not (r / "db" / "mysql").exists():
+            self._run(
+                "mariadb-install-db", "--no-defaults", f"--datadir={r}/db", "--user=root",
+                "--auth-root-authentication-method=normal", "--skip-test-db",
+            )  # fmt: skip
+        log = open(r / "mariadb.log", "ab")  # the daemon's output, closed in stop()
+        argv = [
+            "mariadbd", "--no-defaults", f"--datadir={r}/db", "--user=root",
+            "--bind-address=127.0.0.1", f"--port={self.db_port}",
+            f"--socket={r}/run/mariadb.sock", f"--pid-file={r}/run/mariadb.pid",
+            f"--init-file={r}/db-init.sql", "--skip-name-resolve",
+            "--innodb-buffer-pool-size=32M", "--skip-log-bin",
+        ]  # fmt: skip
+        self._procs.append(
+            subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        )
+        self._logs.append(log)
+        if not _wait_for_port(self.db_port, deadline):
+            raise RuntimeError(f"MariaDB did not come up:\n{self.last_logs()}")
+        self._run("slurmdbd")  # reads slurmdbd.conf beside $SLURM_CONF
+        self._pids.append(r / "run" / "slurmdbd.pid")
+        if not _wait_for_port(self.dbd_port, deadline):
+            raise RuntimeError(f"slurmdbd did not come up:\n{self.last_logs()}")
+
     def last_logs(self, lines: int = 15) -> str:
         """The last ``lines`` of each daemon's log."""
         out = []
-        for log in ("munged.log", "slurmctld.log", *(f"slurmd-{n}.log" for n in NODES)):
+        logs = ("munged.log", "mariadb.log", "slurmdbd.log", "slurmctld.log")
+        for log in (*logs, *(f"slurmd-{n}.log" for n in NODES)):
             path = self.root / log
             text = path.read_text(errors="replace").splitlines() if path.exists() else []
             out.append(f"== {log}\n" + "\n".join(text[-lines:]))
@@ -188,8 +269,35 @@ PartitionName={PARTITION} Nodes={",".join(NODES)} Default=YES DefaultTime=60 Sta
                 time.sleep(0.1)
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
-        for proc in self._procs:
-            proc.wait(timeout=10)
+        self._kill_strays()
+        for proc in self._procs:  # MariaDB last: slurmdbd writes to it until it ends
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        for log in self._logs:
+            log.close()
+
+    def _kill_strays(self) -> None:
+        """SIGKILL what the daemons left of this cluster's jobs: a job on a node that went down
+        (a failed test that left it down) keeps its slurmstepd and processes after slurmd
+        ends. They are found by this cluster's ``SLURM_CONF`` in ``/proc/<pid>/environ``, read
+        raw: slurmstepd's process title overwrites the start of that block."""
+        needle = f"SLURM_CONF={self.conf}\0".encode()
+        strays = []
+        for proc in psutil.process_iter():
+            try:
+                with open(f"/proc/{proc.pid}/environ", "rb") as environ:
+                    if needle in environ.read() and proc.pid != os.getpid():
+                        strays.append(proc)
+            except OSError:
+                continue
+        for proc in strays:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        psutil.wait_procs(strays, timeout=10)
 
 
 def _alive(pid: int) -> bool:

@@ -1,22 +1,29 @@
 """ScaleLabSlurmSpawner under a real hub, against the real Slurm of tests/slurmcluster.py: 4 GPUs
-(GRES) on 2 nodes. Servers are real single-user servers started by Slurm jobs; what a server
-was given is read from its environment through /proc and from its spawner state."""
+(GRES) on 2 nodes, with accounting (slurmdbd, sacct). Servers are real single-user servers
+started by Slurm jobs; what a server was given is read from its environment through /proc and
+from its spawner state. The pending page is seen in Debian's Chromium (Playwright), which saves
+docs/screenshot-slurm-pending.png."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+from playwright.sync_api import Page, expect, sync_playwright
 
+from tests.conftest import REPO
 from tests.hubproc import PlainHub, progress_events
 from tests.slurmcluster import SlurmTestCluster
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
 STUDENTS = ("alice", "bob", "carol", "dave")
+PENDING_SCREENSHOT = REPO / "docs" / "screenshot-slurm-pending.png"
 
 
 def slurm_config(cluster: SlurmTestCluster, state: Path, extra: str = "") -> str:
@@ -52,6 +59,14 @@ def hub(
             state,
             "c.GPUPolicy.dated_limits = [{'from': '2026-01-01', 'groups': ['exam'], "
             "'max_gpus_per_server': 0}]\n"
+            # a 1-minute limit, for the one test of a job that Slurm ends at its time limit
+            "c.ScaleLabSlurmSpawner.profiles = [\n"
+            "    {'slug': 'cpu', 'display_name': 'CPU only', 'default': True},\n"
+            "    {'slug': 'cpu-1min', 'display_name': 'CPU only, 1 minute'},\n"
+            "    {'slug': 'gpu-1', 'display_name': '1 GPU', 'gpus': 1},\n"
+            "    {'slug': 'gpu-2', 'display_name': '2 GPUs', 'gpus': 2},\n"
+            "]\n"
+            "c.ScaleLabSlurmSpawner.slurm_profiles = {'cpu-1min': {'time': '1'}}\n"
             # a hub restart leaves the servers' jobs running (the fixture cancels them at the end)
             "c.JupyterHub.cleanup_servers = False\n",
         ),
@@ -104,9 +119,25 @@ def _server_env(user: str) -> dict[str, str]:
     raise AssertionError(f"no running server of {user}")
 
 
-def test_four_gpus_on_two_nodes_then_a_queue_with_place_and_estimate(
+def _log_in(page: Page, hub: PlainHub, user: str) -> None:
+    page.goto(f"{hub.url}/hub/login")
+    page.fill("#username_input", user)
+    page.fill("#password_input", hub.password)
+    page.click("#login_submit")
+
+
+@pytest.mark.browser
+def test_four_gpus_on_two_nodes_a_queue_in_the_browser_and_a_time_limit_told(
     hub: PlainHub, slurm_cluster: SlurmTestCluster
 ):
+    """4 students get the 4 GPUs on two nodes; a fifth waits in Slurm's queue and sees her place
+    and Slurm's estimated start on the pending page (screenshot), cancels, starts again. Along
+    the way (the only test that waits for Slurm's time limit check, about 30 s apart), a
+    1-minute job ends with TIMEOUT, and its student is told so on her spawn form."""
+    # ivy's job first: Slurm ends it at its time limit while the rest of the test runs
+    assert _ask(hub, "ivy", "cpu-1min").status_code in (201, 202)
+    timed_out = _ready(hub, "ivy")["state"]["job_id"]
+
     held: dict[str, tuple[str, str]] = {}
     for user in STUDENTS:
         assert _ask(hub, user, "gpu-1").status_code in (201, 202)
@@ -125,29 +156,78 @@ def test_four_gpus_on_two_nodes_then_a_queue_with_place_and_estimate(
     holders = {g["uuid"]: g["holder"]["user"] for g in board["gpus"] if g["holder"]}
     assert holders == {f"{node}/gpu{i}": user for user, (node, i) in held.items()}
 
-    # erin waits in Slurm's queue, and sees her place and Slurm's estimated start
-    assert _ask(hub, "erin", "gpu-1").status_code == 202
-    events = progress_events(hub, "erin", lambda e: "slurm" in e and "position" in e["slurm"])
-    place = events[-1]["slurm"]
-    assert (place["position"], place["length"]) == (1, 1)
-    assert place["estimated_start"] is not None  # backfill's estimate, from the time limits
-    assert "you are number 1 of 1" in events[-1]["message"]
-    assert "estimated start at" in events[-1]["message"]
-    job = place["job_id"]
-    assert f"{job} PENDING" in " ".join(slurm_cluster.jobs())
+    # another user of the cluster asked for a GPU first, outside the hub
+    outside = slurm_cluster.command(
+        "sbatch", "--parsable", "--gres=gpu:1", "--time=30", "--output=/dev/null",
+        "--wrap", "sleep 600",
+    ).strip()  # fmt: skip
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            # erin asks for a GPU in the browser and waits in Slurm's queue, behind the other
+            # job: her place and Slurm's estimated start (squeue --start) on the pending page
+            page = browser.new_page(viewport={"width": 1280, "height": 480})
+            _log_in(page, hub, "erin")
+            expect(page.locator(".scalelab-free").first).to_have_text(
+                "0 of 4 GPUs free", timeout=60_000
+            )
+            page.check("#profile-gpu-1")
+            page.get_by_role("button", name="Start").click()
+            message = page.locator("#progress-message")
+            expect(message).to_contain_text("you are number 2 of 2", timeout=60_000)
+            expect(message).to_contain_text("Slurm's estimated start: at ")
+            expect(page.locator("#scalelab-queue-help")).to_contain_text("Slurm's queue")
+            page.screenshot(path=str(PENDING_SCREENSHOT), animations="disabled")
 
-    # she cancels (Stop Server): the job leaves Slurm's queue, and she can start again at once
-    assert hub.api("DELETE", "/users/erin/server").status_code in (202, 204)
-    _gone(hub, "erin")
-    assert not [j for j in slurm_cluster.jobs() if j.startswith(f"{job} ")]
-    assert _ask(hub, "erin", "cpu").status_code in (201, 202)
-    _ready(hub, "erin")
-    assert _server_env("erin")["CUDA_VISIBLE_DEVICES"] == ""
+            events = progress_events(hub, "erin", lambda e: "position" in e.get("slurm", {}))
+            place = events[-1]["slurm"]
+            assert (place["position"], place["length"]) == (2, 2)
+            assert place["estimated_start"] is not None  # backfill's, from the time limits
+            assert place["reason"] in ("Priority", "Resources")
+            assert f"waits for: {place['reason']}" in message.inner_text()
+            assert "you are number 2 of 2" in events[-1]["message"]
+            assert "estimated start at" in events[-1]["message"]
+            job = place["job_id"]
+            assert f"{job} PENDING" in " ".join(slurm_cluster.jobs())
+            slurm_cluster.command("scancel", outside)
+
+            # she cancels (Stop Server): the job leaves Slurm's queue; she can start at once
+            page.get_by_role("button", name="Stop Server").click()
+            _gone(hub, "erin")
+            assert not [j for j in slurm_cluster.jobs() if j.startswith(f"{job} ")]
+            assert _ask(hub, "erin", "cpu").status_code in (201, 202)
+            _ready(hub, "erin")
+            assert _server_env("erin")["CUDA_VISIBLE_DEVICES"] == ""
+
+            # Slurm ended ivy's job at its time limit: sacct says TIMEOUT, and so does her form
+            _gone(hub, "ivy", timeout_s=180)
+            sacct = slurm_cluster.command("sacct", "-n", "-P", "-X", "-o", "State", "-j", timed_out)
+            assert sacct.split() == ["TIMEOUT"]
+            page = browser.new_page(viewport={"width": 1280, "height": 720})
+            _log_in(page, hub, "ivy")
+            expect(page.locator("#scalelab-last-exit")).to_contain_text(
+                f"Slurm ended job {timed_out}: it reached its time limit (TIMEOUT", timeout=60_000
+            )
+        finally:
+            browser.close()
 
 
-def test_scancel_from_outside_is_told_with_slurms_reason(
+def _node_state(cluster: SlurmTestCluster, node: str) -> str:
+    return cluster.command("sinfo", "-h", "-n", node, "-o", "%t").strip()
+
+
+def _node_in_service(cluster: SlurmTestCluster, node: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (state := _node_state(cluster, node)) not in ("idle", "mix", "alloc"):
+        assert time.monotonic() < deadline, f"node {node} never came back: {state}"
+        time.sleep(0.5)
+
+
+def test_jobs_ended_outside_the_hub_are_told_with_slurms_reason(
     hub: PlainHub, slurm_cluster: SlurmTestCluster
 ):
+    """An operator's scancel (CANCELLED), then a node going down under a job (NODE_FAIL; the
+    job is not requeued): each student's server goes, with Slurm's reason, and its GPU with it."""
     assert _ask(hub, "frank", "gpu-1").status_code in (201, 202)
     job = _ready(hub, "frank")["state"]["slurm"]["job_id"]
     slurm_cluster.command("scancel", job)  # an operator's scancel, not the hub's
@@ -160,6 +240,29 @@ def test_scancel_from_outside_is_told_with_slurms_reason(
     # the student can start again at once
     assert _ask(hub, "frank", "cpu").status_code in (201, 202)
     _ready(hub, "frank")
+
+    # the node under gus's job goes down (as slurmctld marks a node that stops answering)
+    assert _ask(hub, "gus", "gpu-1").status_code in (201, 202)
+    slurm = _ready(hub, "gus")["state"]["slurm"]
+    node = slurm["node"]
+    slurm_cluster.command("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=test")
+    try:
+        _gone(hub, "gus")
+        sacct = slurm_cluster.command(
+            "sacct", "-n", "-P", "-X", "-o", "State", "-j", slurm["job_id"]
+        )
+        assert sacct.split() == ["NODE_FAIL"]  # ended, not requeued (--no-requeue)
+        told = f"Slurm ended job {slurm['job_id']}: its node failed (NODE_FAIL"
+        log = (hub.state / "hub.log").read_text(errors="replace")
+        assert f"gus/ died ({told}" in log
+        assert not [j for j in slurm_cluster.jobs() if j.startswith(f"{slurm['job_id']} ")]
+    finally:  # back to service (ReturnToService=2 may have done it when slurmd registered)
+        if slurm_cluster.command("sinfo", "-h", "-n", node, "-o", "%t").strip() != "idle":
+            subprocess.run(
+                ["scontrol", "update", f"NodeName={node}", "State=RESUME"],
+                env=slurm_cluster.env, capture_output=True, timeout=60, check=False,
+            )  # fmt: skip
+        _node_in_service(slurm_cluster, node)
 
 
 def test_dated_cap_refuses_before_anything_is_submitted(

@@ -14,6 +14,7 @@ from scalelab.spawner.slurm_jobs import (
     describe_end,
     expand_indices,
     expand_nodes,
+    explain_reason,
     format_start,
     held_gpus,
     node_address,
@@ -101,14 +102,16 @@ def test_sacct_line():
 
 
 def test_directives_of_a_profile():
-    assert sbatch_directives(0) == []
+    assert sbatch_directives(0) == ["--no-requeue"]
     assert sbatch_directives(2, partition="gpu", qos="course", time_limit="4:00:00") == [
+        "--no-requeue",
         "--gres=gpu:2",
         "--partition=gpu",
         "--qos=course",
         "--time=4:00:00",
     ]
     assert sbatch_directives(1, account="dl", extra=["--constraint=h100"]) == [
+        "--no-requeue",
         "--gres=gpu:1",
         "--account=dl",
         "--constraint=h100",
@@ -127,3 +130,9 @@ def test_estimated_start_in_words():
     assert format_start(dt.datetime(2026, 12, 4, 10, 9, 40), now) == "at 10:09 (in about 10 min)"
     assert format_start(now, now) == "at 10:00 (under a minute)"
     assert format_start(dt.datetime(2026, 12, 4, 15, 0), now).endswith("(in about 5.0 h)")
+
+
+def test_pending_reasons_in_words():
+    assert explain_reason("Resources") == "the GPUs or CPUs it asks for are in use"
+    assert "QOS" in explain_reason("QOSMaxGRESPerUser")
+    assert explain_reason("SomethingNew") == ""  # Slurm's own word is shown alone
