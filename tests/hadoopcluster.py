@@ -3,7 +3,7 @@
 One JVM runs Hadoop's own ``MiniDFSCluster`` (a namenode, or an HA pair behind a nameservice,
 and a datanode; WebHDFS on, permissions on, simple authentication) and, when asked for, its
 ``MiniYARNCluster`` (a ResourceManager and NodeManagers running real containers, each
-NodeManager offering 2.5 GiB and 2 vcores, the physical-memory check on), every port free and
+NodeManager offering 4 GiB and 2 vcores, the physical-memory check on), every port free and
 bound to 127.0.0.1, its data and client configuration (``HADOOP_CONF_DIR``: ``core-site.xml``,
 ``hdfs-site.xml``, ``yarn-site.xml``) in a folder of the test's.
 ``install.sh`` builds the Maven project once (``target/scalelab-testcluster.jar`` and its jars in

@@ -1,5 +1,5 @@
 """Spark on YARN from the PySpark kernel, on the test cluster's real YARN and HDFS (one JVM: a
-ResourceManager and 2 NodeManagers whose containers are real processes, 2.5 GiB each, the
+ResourceManager and 2 NodeManagers whose containers are real processes, 4 GiB each, the
 physical-memory check on; ``hdfs_cluster`` in ``tests/conftest.py``).
 
 The kernel is configured as a student's server gets it from the hub, through ScaleLab's own
@@ -59,7 +59,7 @@ def test_the_cluster_has_a_resourcemanager_and_two_nodemanagers(hdfs_cluster: Ha
     assert hdfs_cluster.yarn is not None
     nodes = hdfs_cluster.resourcemanager("nodes")["nodes"]["node"]
     assert [node["state"] for node in nodes] == ["RUNNING", "RUNNING"]
-    assert {node["totalResource"]["memory"] for node in nodes} == {2560}
+    assert {node["totalResource"]["memory"] for node in nodes} == {4096}
     assert {node["totalResource"]["vCores"] for node in nodes} == {2}
     site = (hdfs_cluster.conf_dir / "yarn-site.xml").read_text()
     assert f"<value>{hdfs_cluster.yarn['resourcemanager']}</value>" in site

@@ -59,7 +59,7 @@ import org.apache.hadoop.yarn.server.MiniYARNCluster;
  *  "kerberos": null,
  *  "yarn": {"resourcemanager": "127.0.0.1:41236", "scheduler": "127.0.0.1:41237",
  *           "webapp": "127.0.0.1:41238", "web_port": 41238, "nodemanagers": 2,
- *           "nodemanager_memory_mb": 2560, "nodemanager_vcores": 2,
+ *           "nodemanager_memory_mb": 4096, "nodemanager_vcores": 2,
  *           "nodemanager_log_dirs": ["...", "..."]}}
  * </pre>
  *
@@ -327,9 +327,11 @@ public final class TestCluster {
 
   // -- YARN: a ResourceManager and NodeManagers (--yarn N) ----------------------------------------
 
-  /** Memory each NodeManager offers to containers (MB): 2.5 GiB, so a container over its limit
-   * is killed long before the machine runs short. */
-  static final int NODEMANAGER_MEMORY_MB = 2560;
+  /** Memory each NodeManager offers to containers (MB): 4 GiB, room for the ApplicationMaster
+   * beside an executor that runs a PyTorch rank (about 2 GiB: the JVM, torchrun and the rank,
+   * each of the two importing torch), while a container over its own limit is still killed long
+   * before the machine runs short. */
+  static final int NODEMANAGER_MEMORY_MB = 4096;
   /** Virtual cores each NodeManager offers. */
   static final int NODEMANAGER_VCORES = 2;
   /** The smallest container (MB); requests are rounded up to a multiple of it. */
