@@ -174,3 +174,21 @@ def test_plan_tasks_cuts_every_row_group_once() -> None:
         assert all(t.rows >= buffer_rows for t in tasks[:-1])
         # a task takes no more row groups than it needs to reach buffer_rows
         assert all(t.rows - groups[t.units[-1][0]][t.units[-1][1]] < buffer_rows for t in tasks)
+
+
+def test_tf_dataset_threads_every_row_once_same_seed_same_order(
+    store: DirFileSystem, shards: str
+) -> None:
+    from scalelab.store.streaming import tf_dataset
+
+    def epoch(seed: int, threads: int | None) -> list[int]:
+        ds = tf_dataset(shards, store=store, columns=["row"], seed=seed, threads=threads)
+        return [int(r["row"]) for r in ds.as_numpy_iterator()]
+
+    a = epoch(1, threads=2)
+    assert sorted(a) == list(range(ROWS))
+    assert a == epoch(1, threads=3), "the order never depends on the threads"
+    assert a != epoch(2, threads=2)
+    assert sorted(epoch(1, threads=0)) == list(range(ROWS))  # the one-thread buffer still reads all
+    with pytest.raises(ValueError, match="threads must be None"):
+        tf_dataset(shards, store=store, threads="2")

@@ -29,6 +29,7 @@ submitted, not yet yielded tasks. Nothing depends on the number or total size of
 from __future__ import annotations
 
 import concurrent.futures
+import os
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,20 @@ import pyarrow.parquet as pq
 from scalelab.store.errors import StoreError
 from scalelab.store.streaming.blocks import Allocator, BlockLayout, build_block, empty_arrays
 from scalelab.store.streaming.parquet_stream import BufferStats, batch_arrays
+
+#: Most decoding threads ``threads=None`` starts (more rarely pays: the training loop needs a core).
+MAX_AUTO_THREADS = 4
+
+
+def default_threads() -> int:
+    """Decoding threads for ``threads=None`` outside DataLoader workers: the CPUs this process
+    may run on (``os.sched_getaffinity``, else ``os.cpu_count``), at most
+    :data:`MAX_AUTO_THREADS`."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(MAX_AUTO_THREADS, cpus))
 
 
 @dataclass(frozen=True)

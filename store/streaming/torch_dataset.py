@@ -44,23 +44,10 @@ from scalelab.store.streaming.shard_plan import (
     shard_order,
 )
 from scalelab.store.streaming.shared_batches import as_tensor, shared_empty
-from scalelab.store.streaming.threaded import iter_threaded
 from scalelab.store.streaming.tfdata import tf_dataset, write_tfrecord_shards
+from scalelab.store.streaming.threaded import default_threads, iter_threaded
 
 __all__ = ["TorchParquetDataset", "local_copy", "tf_dataset", "write_tfrecord_shards"]
-
-#: Most decoding threads ``threads=None`` starts (more rarely pays: the training loop needs a core).
-MAX_AUTO_THREADS = 4
-
-
-def default_threads() -> int:
-    """Decoding threads for ``threads=None`` outside DataLoader workers: the CPUs this process
-    may run on (``os.sched_getaffinity``, else ``os.cpu_count``), at most :data:`MAX_AUTO_THREADS`."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(MAX_AUTO_THREADS, cpus))
 
 
 class TorchParquetDataset(torch.utils.data.IterableDataset):
