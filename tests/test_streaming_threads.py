@@ -17,26 +17,16 @@ import pytest
 from fsspec.implementations.dirfs import DirFileSystem
 from torch.utils.data import DataLoader
 
-from scalelab.store import StoreError, open_store
+from scalelab.store import StoreError
 from scalelab.store.streaming import TorchParquetDataset
 from scalelab.store.streaming.threaded import plan_tasks
+from tests import test_streaming
 
-TRAIN = "datasets/fashion-mnist/parquet/train"
+#: The course store and its real train split, as test_streaming's fixtures.
+store, train = test_streaming.store, test_streaming.train
 #: The train split as 12 shards of 5,000 rows, row groups of 700 (the last of a shard shorter).
 SHARDS = "scratch/streaming-threads/train-12"
 ROWS = 60_000
-
-
-@pytest.fixture(scope="module")
-def store(course_store: str) -> DirFileSystem:
-    return open_store(course_store)
-
-
-@pytest.fixture(scope="module")
-def train(store: DirFileSystem) -> pa.Table:
-    return pa.concat_tables(
-        pq.read_table(store.open(p, "rb")) for p in sorted(store.glob(f"{TRAIN}/*.parquet"))
-    )
 
 
 @pytest.fixture(scope="module")

@@ -38,9 +38,8 @@ import fsspec
 import numpy as np
 import pyarrow.parquet as pq
 
-from scalelab.store.errors import StoreError
 from scalelab.store.streaming.blocks import Allocator, BlockLayout, build_block, empty_arrays
-from scalelab.store.streaming.parquet_stream import BufferStats, batch_arrays
+from scalelab.store.streaming.parquet_stream import BufferStats, batch_arrays, check_columns
 
 #: Most decoding threads ``threads=None`` starts (more rarely pays: the training loop needs a core).
 MAX_AUTO_THREADS = 4
@@ -109,12 +108,7 @@ def _footer(
 ) -> pq.FileMetaData:
     with fs.open(shard, "rb") as f:
         metadata = pq.ParquetFile(f, pre_buffer=False).metadata
-    names = metadata.schema.to_arrow_schema().names
-    if columns is not None:
-        missing = [c for c in columns if c not in names and c not in layout.stacked]
-        if missing:
-            raise StoreError(f"{shard}: no column(s) {missing}; it has {names}")
-    layout.check_names(names, shard)
+    check_columns(metadata.schema.to_arrow_schema().names, columns, layout, shard)
     return metadata
 
 
