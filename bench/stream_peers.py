@@ -38,7 +38,10 @@ command that installs them; they are benchmark-only, never ScaleLab dependencies
 ``.venv/bin/pip install torchdata==0.11.0 datasets==5.2.0``. The load average at the start and
 end (``load_avg_at_start``, ``load_avg_at_end``) says how busy the machine was.
 
-Usage: ``.venv/bin/python bench/stream_peers.py [--quick] [--tmp DIR] [--only NAME,...]``.
+Each set's figures also go to stderr as soon as they are measured (a full run takes long).
+
+Usage: ``.venv/bin/python bench/stream_peers.py [--quick] [--tmp DIR] [--only NAME,...]
+[--schemas msd,fmnist] [--sizes 1g,4g]``.
 """
 
 from __future__ import annotations
@@ -339,6 +342,7 @@ def main() -> None:
     parser.add_argument("--tmp", type=Path, default=None, help="folder for the shards")
     parser.add_argument("--only", default="", help="comma-separated contenders to run")
     parser.add_argument("--schemas", default="msd,fmnist", help="comma-separated: msd, fmnist")
+    parser.add_argument("--sizes", default="1g,4g", help="comma-separated: 1g, 4g")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -348,6 +352,7 @@ def main() -> None:
 
     info = RunInfo()
     sizes = {"1g": 48 * 2**20, "4g": 160 * 2**20} if args.quick else {"1g": 2**30, "4g": 2**32}
+    sizes = {k: v for k, v in sizes.items() if k in args.sizes.split(",")}
     rounds = 2 if args.quick else 3
     names = [n for n in CONTENDERS if not args.only or n in args.only.split(",")]
     report: dict = {"quick": args.quick, "rounds": rounds, "batch_size": BATCH, "skipped": {}}
@@ -383,6 +388,7 @@ def main() -> None:
                 report[key]["samples"] = next(
                     (r[0]["rows"] for r in runs.values() if r and "rows" in r[0]), None
                 )
+                print(json.dumps({key: report[key]}), file=sys.stderr, flush=True)  # progress
                 shutil.rmtree(folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
