@@ -187,7 +187,7 @@ def test_torch_distributed_ranks(
 def test_memory_is_bounded_by_the_buffer_not_the_data_set(store: DirFileSystem, small: str) -> None:
     peaks = {}
     for name, path in (("4 shards", f"{small}/part-0000[0-3].parquet"), ("24 shards", small)):
-        ds = TorchParquetDataset(path, store=store, buffer_rows=1000, read_rows=250)
+        ds = TorchParquetDataset(path, store=store, buffer_rows=1000, read_rows=250, threads=0)
         count = sum(1 for _ in ds)
         assert count == 2500 * (4 if name == "4 shards" else 24)
         peaks[name] = ds.stats.peak_rows_held

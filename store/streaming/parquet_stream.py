@@ -107,6 +107,24 @@ def auto_read_rows(metadata: pq.FileMetaData, columns: Sequence[str] | None) -> 
     return max(1, min(total_rows, READ_BYTES // row_bytes))
 
 
+def check_columns(
+    names: Sequence[str], columns: Sequence[str] | None, layout: BlockLayout, shard: str
+) -> None:
+    """Refuse ``columns`` or a ``layout`` that shard ``shard``, of columns ``names``, lacks.
+
+    Raises
+    ------
+    StoreError
+        A column of ``columns`` is neither in ``names`` nor stacked; or see
+        :meth:`~scalelab.store.streaming.blocks.BlockLayout.check_names`.
+    """
+    if columns is not None:
+        missing = [c for c in columns if c not in names and c not in layout.stacked]
+        if missing:
+            raise StoreError(f"{shard}: no column(s) {missing}; it has {list(names)}")
+    layout.check_names(names, shard)
+
+
 def _open_batches(
     fs: fsspec.AbstractFileSystem,
     shard: str,
@@ -118,12 +136,7 @@ def _open_batches(
         # pre_buffer=False: pyarrow would also hold a coalesced copy of the row group's raw
         # bytes (twice the memory per open shard); fsspec's read-ahead serves remote stores.
         parquet = pq.ParquetFile(f, pre_buffer=False)
-        names = parquet.schema_arrow.names
-        if columns is not None:
-            missing = [c for c in columns if c not in names and c not in layout.stacked]
-            if missing:
-                raise StoreError(f"{shard}: no column(s) {missing}; it has {names}")
-        layout.check_names(names, shard)
+        check_columns(parquet.schema_arrow.names, columns, layout, shard)
         columns = layout.read_columns(columns)
         rows = read_rows if read_rows is not None else auto_read_rows(parquet.metadata, columns)
         # use_threads=False: a DataLoader worker is a process already; pyarrow's threads cost

@@ -27,6 +27,7 @@ from scalelab.store.streaming.parquet_stream import (
 )
 from scalelab.store.streaming.shard_plan import epoch_rng, shard_order
 from scalelab.store.streaming.tfrecord import read_records
+from scalelab.store.streaming.threaded import default_threads, iter_threaded
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -50,6 +51,7 @@ def tf_dataset(
     shards_in_memory: int = 2,
     buffer_rows: int = DEFAULT_BUFFER_ROWS,
     features: Mapping[str, Any] | None = None,
+    threads: int | None = None,
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` streaming the shards under ``path`` from the store.
 
@@ -68,7 +70,13 @@ def tf_dataset(
         Each iteration of the dataset (each epoch) permutes the shard order with ``(seed, epoch)``
         and shuffles rows within a buffer of ``buffer_rows`` rows.
     shards_in_memory
-        Parquet shards read at once (interleaved), each holding at most one row group.
+        Parquet shards read at once (interleaved), each holding at most one row group (only
+        with ``threads=0``).
+    threads
+        Parquet only: threads decoding row groups (:mod:`~scalelab.store.streaming.threaded`:
+        row groups in a new random order each epoch, blocks of at least ``buffer_rows`` rows
+        permuted). None: :func:`~scalelab.store.streaming.threaded.default_threads` (the CPUs,
+        at most 4); 0: one thread, the interleaving shuffle buffer.
     features
         TFRecord only: the ``tf.io.parse_example`` feature spec. None infers it from the first
         record: ``int64_list`` -> int64, ``float_list`` -> float32, ``bytes_list`` -> string
@@ -93,6 +101,9 @@ def tf_dataset(
 
     if format not in ("parquet", "tfrecord"):
         raise ValueError(f"format must be 'parquet' or 'tfrecord', not {format!r}")
+    if threads is not None and (not isinstance(threads, int) or threads < 0):
+        raise ValueError(f"threads must be None (automatic) or an integer >= 0, not {threads!r}")
+    threads = default_threads() if threads is None else threads
     fs = store if store is not None else open_store()
     shards = list_shards(fs, path, "." + format)
     epochs = itertools.count()
@@ -102,11 +113,22 @@ def tf_dataset(
         def blocks() -> Iterator[dict[str, np.ndarray]]:
             epoch = next(epochs)
             order = shard_order(shards, seed=seed, epoch=epoch, shuffle=shuffle)
+            rng = epoch_rng(seed, epoch, 1) if shuffle else None
+            if threads:
+                yield from iter_threaded(
+                    fs,
+                    order,
+                    columns=list(signature),
+                    rng=rng,
+                    threads=threads,
+                    buffer_rows=buffer_rows,
+                )
+                return
             yield from iter_shuffled(
                 fs,
                 order,
                 columns=list(signature),
-                rng=epoch_rng(seed, epoch, 1) if shuffle else None,
+                rng=rng,
                 buffer_rows=buffer_rows,
                 read_rows=DEFAULT_READ_ROWS,
                 shards_in_memory=shards_in_memory,

@@ -45,6 +45,7 @@ from scalelab.store.streaming.shard_plan import (
 )
 from scalelab.store.streaming.shared_batches import as_tensor, shared_empty
 from scalelab.store.streaming.tfdata import tf_dataset, write_tfrecord_shards
+from scalelab.store.streaming.threaded import default_threads, iter_threaded
 
 __all__ = ["TorchParquetDataset", "local_copy", "tf_dataset", "write_tfrecord_shards"]
 
@@ -97,7 +98,15 @@ class TorchParquetDataset(torch.utils.data.IterableDataset):
     buffer_rows, read_rows
         Rows of the shuffle buffer, and rows read from a shard at a time (None: reads of about
         4 MiB, sized from the shard's footer). Rows held at once stay under
-        ``buffer_rows + read_rows``, plus one decoded row group per open shard in pyarrow.
+        ``buffer_rows + read_rows``, plus one decoded row group per open shard in pyarrow. In the
+        thread mode a block holds at least ``buffer_rows`` rows (whole row groups; ``read_rows``
+        and ``shards_in_memory`` are not used) and at most ``threads + 1`` blocks are in flight.
+    threads
+        Decoding threads of the *thread mode* (see Notes). None (default): the thread mode with
+        :func:`default_threads` threads (the CPUs, at most 4) when iterated outside DataLoader
+        workers (``num_workers=0``), the one-thread shuffle buffer inside a worker. ``0``: always
+        the shuffle buffer, one thread. ``n >= 1``: the thread mode with ``n`` threads, also in
+        workers.
     rank, world_size
         The distributed rank of this process; None takes them from ``torch.distributed`` when its
         process group is initialised (create the dataset after ``init_process_group``), else
@@ -115,6 +124,20 @@ class TorchParquetDataset(torch.utils.data.IterableDataset):
 
     Notes
     -----
+    **Thread mode or worker processes.** By default, with ``DataLoader(ds, batch_size=None)``
+    and no workers, a pool of threads in the training process decodes whole row groups
+    (pyarrow, GIL released): each epoch the reader's row groups are read in a new random order,
+    consecutive ones are gathered into blocks of at least ``buffer_rows`` rows, each block's
+    rows are permuted, and blocks are re-cut into batches (:mod:`~.threaded`). It saves what
+    worker processes cost: every batch copied into shared memory and sent to the main process,
+    their start-up, a second interpreter's memory. Choose it (the default) for plain columns,
+    stacks and ``float_dtype``, and for a ``transform`` that is cheap or runs in C with the GIL
+    released (torch ops on whole batches). Choose worker processes (``num_workers=2`` or more;
+    each worker then reads with one thread) when ``transform`` is per-sample Python work (PIL
+    augmentation, tokenising, ``batch_size=None`` rows through Python): it runs in the threads'
+    consumer, the training process, under the GIL, and processes run it in parallel.
+    ``bench/stream_peers.py`` measures both against the usual alternatives.
+
     Each epoch every shard goes to exactly one DataLoader worker of exactly one rank. The epoch
     advances by itself at each new iteration in the process that iterates (the main process
     without workers; persistent workers); with non-persistent workers the DataLoader's per-epoch
@@ -143,6 +166,7 @@ class TorchParquetDataset(torch.utils.data.IterableDataset):
         world_size: int | None = None,
         stack: dict[str, Sequence[str]] | None = None,
         float_dtype: str | None = None,
+        threads: int | None = None,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -154,6 +178,10 @@ class TorchParquetDataset(torch.utils.data.IterableDataset):
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
             raise ValueError(f"batch_size must be None or a positive integer, not {batch_size!r}")
+        if threads is not None and (not isinstance(threads, int) or threads < 0):
+            raise ValueError(
+                f"threads must be None (automatic) or an integer >= 0, not {threads!r}"
+            )
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
         self.path = path
@@ -165,6 +193,7 @@ class TorchParquetDataset(torch.utils.data.IterableDataset):
         self.batch_size = batch_size
         self.buffer_rows = buffer_rows
         self.read_rows = read_rows
+        self.threads = threads
         self.layout = BlockLayout.build(stack, float_dtype)
         self._explicit_rank = None if rank is None else (rank, world_size)
         self._rank = self._distributed()
@@ -219,18 +248,34 @@ class TorchParquetDataset(torch.utils.data.IterableDataset):
         rng = None
         if self.shuffle:
             rng = epoch_rng(self.seed ^ loader, epoch, consumer.rank, consumer.worker)
-        blocks = iter_shuffled(
-            self._fs(),
-            mine,
-            columns=self.columns,
-            rng=rng,
-            buffer_rows=self.buffer_rows,
-            read_rows=self.read_rows,
-            shards_in_memory=self.shards_in_memory,
-            stats=self.stats,
-            layout=self.layout,
-            empty=empty,
-        )
+        threads = self.threads
+        if threads is None:
+            threads = 0 if info is not None else default_threads()
+        if threads:
+            blocks = iter_threaded(
+                self._fs(),
+                mine,
+                columns=self.columns,
+                rng=rng,
+                threads=threads,
+                buffer_rows=self.buffer_rows,
+                stats=self.stats,
+                layout=self.layout,
+                empty=empty,
+            )
+        else:
+            blocks = iter_shuffled(
+                self._fs(),
+                mine,
+                columns=self.columns,
+                rng=rng,
+                buffer_rows=self.buffer_rows,
+                read_rows=self.read_rows,
+                shards_in_memory=self.shards_in_memory,
+                stats=self.stats,
+                layout=self.layout,
+                empty=empty,
+            )
         if self.batch_size is None:
             samples = iter_rows(blocks)
         else:

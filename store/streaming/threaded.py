@@ -1,0 +1,209 @@
+"""Parquet shards decoded by a pool of threads: row groups in a random order, shuffled in blocks.
+
+The thread mode of :class:`~scalelab.store.streaming.TorchParquetDataset`. pyarrow decodes a
+row group with the GIL released, and NumPy's permuting copy releases it too, so on a small
+machine a few threads in the training process decode as fast as DataLoader worker processes,
+without their cost: no second copy of every batch into shared memory, no pickling, no worker
+start-up, one Python interpreter's memory.
+
+The plan, for one reader (one DataLoader worker of one rank, or the main process):
+
+1. its shards' footers are read (by the pool, so a remote store's round trips overlap);
+2. every row group of every shard is a *unit*; shuffling permutes the units with the epoch's
+   generator (a new order each epoch, the same for the same seed), else they stay in shard and
+   row-group order;
+3. consecutive units are cut into *tasks* of at least ``buffer_rows`` rows (a row group larger
+   than that is a task alone);
+4. each task is decoded by one thread and written once, its rows permuted (a permutation drawn
+   from the same generator, in task order, before the task starts), into one block of arrays
+   (:func:`~scalelab.store.streaming.blocks.build_block`);
+5. blocks are yielded in task order, whichever thread finishes first, so the order depends
+   only on the seed, the epoch and the reader's place, never on the threads' timing.
+
+Memory: at most ``threads + 1`` tasks are submitted and not yet yielded, each of at most
+``buffer_rows + (largest row group's rows) - 1`` rows, held up to twice while it is decoded
+(Arrow's columns and the block); :class:`~.parquet_stream.BufferStats` counts the rows of the
+submitted, not yet yielded tasks. Nothing depends on the number or total size of the shards.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import fsspec
+import numpy as np
+import pyarrow.parquet as pq
+
+from scalelab.store.streaming.blocks import Allocator, BlockLayout, build_block, empty_arrays
+from scalelab.store.streaming.parquet_stream import BufferStats, batch_arrays, check_columns
+
+#: Most decoding threads ``threads=None`` starts (more rarely pays: the training loop needs a core).
+MAX_AUTO_THREADS = 4
+
+
+def default_threads() -> int:
+    """Decoding threads for ``threads=None`` outside DataLoader workers: the CPUs this process
+    may run on (``os.sched_getaffinity``, else ``os.cpu_count``), at most
+    :data:`MAX_AUTO_THREADS`."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(MAX_AUTO_THREADS, cpus))
+
+
+@dataclass(frozen=True)
+class Task:
+    """Row groups decoded together into one block: ``units`` are ``(shard index, row group)``."""
+
+    units: tuple[tuple[int, int], ...]
+    rows: int
+
+
+def plan_tasks(
+    row_groups: Sequence[Sequence[int]], rng: np.random.Generator | None, buffer_rows: int
+) -> list[Task]:
+    """Cut the row groups of the shards into tasks.
+
+    Parameters
+    ----------
+    row_groups
+        For each shard (in the reader's shard order), the row count of each of its row groups.
+    rng
+        None keeps shard and row-group order; else the row groups are permuted by it.
+    buffer_rows
+        A task takes consecutive row groups until it holds at least this many rows.
+
+    Returns
+    -------
+    list of Task
+        Every row group with rows exactly once; empty row groups are left out.
+    """
+    units = [(s, g, n) for s, groups in enumerate(row_groups) for g, n in enumerate(groups) if n]
+    if rng is not None:
+        units = [units[i] for i in rng.permutation(len(units))]
+    tasks: list[Task] = []
+    current: list[tuple[int, int]] = []
+    rows = 0
+    for shard, group, n in units:
+        current.append((shard, group))
+        rows += n
+        if rows >= buffer_rows:
+            tasks.append(Task(tuple(current), rows))
+            current, rows = [], 0
+    if current:
+        tasks.append(Task(tuple(current), rows))
+    return tasks
+
+
+def _footer(
+    fs: fsspec.AbstractFileSystem,
+    shard: str,
+    columns: Sequence[str] | None,
+    layout: BlockLayout,
+) -> pq.FileMetaData:
+    with fs.open(shard, "rb") as f:
+        metadata = pq.ParquetFile(f, pre_buffer=False).metadata
+    check_columns(metadata.schema.to_arrow_schema().names, columns, layout, shard)
+    return metadata
+
+
+def _decode(
+    fs: fsspec.AbstractFileSystem,
+    shards: Sequence[str],
+    footers: Sequence[pq.FileMetaData],
+    task: Task,
+    columns: list[str] | None,
+    destination: np.ndarray | None,
+    layout: BlockLayout,
+    empty: Allocator,
+) -> dict[str, np.ndarray]:
+    parts = []
+    for shard, group in task.units:
+        with fs.open(shards[shard], "rb") as f:
+            parquet = pq.ParquetFile(f, metadata=footers[shard], pre_buffer=False)
+            # use_threads=False: this pool is the parallelism; Arrow's own threads would only
+            # compete with it (and cost more CPU per byte).
+            table = parquet.read_row_group(group, columns=columns, use_threads=False)
+        parts.extend(batch_arrays(b, layout) for b in table.to_batches() if b.num_rows)
+    return build_block(parts, destination, layout, empty)
+
+
+def iter_threaded(
+    fs: fsspec.AbstractFileSystem,
+    shards: Sequence[str],
+    *,
+    columns: Sequence[str] | None,
+    rng: np.random.Generator | None,
+    threads: int,
+    buffer_rows: int,
+    stats: BufferStats | None = None,
+    layout: BlockLayout | None = None,
+    empty: Allocator = empty_arrays,
+) -> Iterator[dict[str, np.ndarray]]:
+    """Stream ``shards`` as column blocks, decoded by ``threads`` threads (see the module).
+
+    Parameters
+    ----------
+    columns
+        Columns to read; None reads all. Stacked columns (``layout``) are read in any case.
+    rng
+        None: shards in order, row groups in order, rows in order. Otherwise it permutes the
+        row groups and each block's rows (draws happen in this thread, in task order).
+    threads
+        Decoding threads (>= 1).
+    buffer_rows
+        Rows a block holds at least (several row groups mixed), unless the shards run out.
+
+    Yields
+    ------
+    dict
+        Column name -> NumPy array, first axis the block's rows (as
+        :func:`~scalelab.store.streaming.parquet_stream.iter_shuffled`'s blocks).
+
+    Raises
+    ------
+    StoreError
+        A column in ``columns`` or the layout that a shard lacks (from its footer, before any
+        data is decoded), or a stacked column that is not a number.
+    """
+    stats = stats if stats is not None else BufferStats()
+    layout = layout if layout is not None else BlockLayout()
+    read = layout.read_columns(columns)
+    pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="scalelab-parquet")
+    pending: deque[tuple[concurrent.futures.Future, int]] = deque()
+    try:
+        footers = list(pool.map(lambda s: _footer(fs, s, columns, layout), shards))
+        groups = [[md.row_group(g).num_rows for g in range(md.num_row_groups)] for md in footers]
+        tasks = iter(plan_tasks(groups, rng, buffer_rows))
+
+        def submit() -> bool:
+            task = next(tasks, None)
+            if task is None:
+                return False
+            destination = None if rng is None else rng.permutation(task.rows)
+            future = pool.submit(
+                _decode, fs, shards, footers, task, read, destination, layout, empty
+            )
+            pending.append((future, task.rows))
+            stats.add(task.rows)
+            return True
+
+        while len(pending) < threads + 1 and submit():
+            pass
+        while pending:
+            future, rows = pending.popleft()
+            block = future.result()
+            stats.rows_held -= rows
+            submit()
+            yield block
+            del block
+    finally:
+        for future, _ in pending:
+            future.cancel()
+        stats.rows_held = 0
+        pool.shutdown(wait=True, cancel_futures=True)
