@@ -15,6 +15,7 @@ from scalelab.kernels import install_kernelspecs
 from scalelab.store import DATASETS, fetch_dataset, open_store
 from tests.hadoopcluster import HadoopTestCluster, running_cluster
 from tests.slurmcluster import DEBIAN_PACKAGES, SlurmTestCluster, missing_commands
+from tests.sparkcluster import standalone_cluster
 
 REPO = Path(__file__).resolve().parents[1]
 #: The course's real data sets, beside the repository (see ../shared/data/README.md).
@@ -114,3 +115,11 @@ def _collect_leaks_in_the_test_that_made_them(request: pytest.FixtureRequest):
     yield
     if any(any(request.node.iter_markers(name)) for name in ("integration", "browser", "lab")):
         gc.collect()
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Spark standalone master and two workers of 1 core and 1 GiB each, for the module that
+    asks (``tests/sparkcluster.py``); yields the master's URL."""
+    with standalone_cluster(tmp_path_factory.mktemp("cluster"), workers=2) as master:
+        yield master

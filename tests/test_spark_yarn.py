@@ -55,6 +55,22 @@ def yarn_environment(
     return env
 
 
+def yarn_kernel_environment(
+    cluster: HadoopTestCluster, kernels_dir: Path, course_store: str, log_dir: Path
+) -> dict[str, str]:
+    """:func:`yarn_environment` for a module-scoped kernel (no ``kernel_environment`` fixture
+    there): the course store, no GPU."""
+    base = {
+        **os.environ,
+        "JUPYTER_PATH": str(kernels_dir),
+        "SCALELAB_STORE_URL": course_store,
+        "SCALELAB_STORE_OPTIONS": "{}",
+        "SCALELAB_GPUS": "",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    return yarn_environment(base, cluster, log_dir)
+
+
 def test_the_cluster_has_a_resourcemanager_and_two_nodemanagers(hdfs_cluster: HadoopTestCluster):
     assert hdfs_cluster.yarn is not None
     nodes = hdfs_cluster.resourcemanager("nodes")["nodes"]["node"]
@@ -78,15 +94,7 @@ def yarn_kernel(
     """A PySpark kernel whose ``spark`` runs on the test cluster's YARN, its session started
     (shared by this module's tests: a session on YARN takes about 30 s to start here)."""
     folder = tmp_path_factory.mktemp("yarn-kernel")
-    base = {
-        **os.environ,
-        "JUPYTER_PATH": str(kernels_dir),
-        "SCALELAB_STORE_URL": course_store,
-        "SCALELAB_STORE_OPTIONS": "{}",
-        "SCALELAB_GPUS": "",
-        "CUDA_VISIBLE_DEVICES": "",
-    }
-    env = yarn_environment(base, hdfs_cluster, folder / "logs")
+    env = yarn_kernel_environment(hdfs_cluster, kernels_dir, course_store, folder / "logs")
     with Kernel("scalelab-pyspark", env, cwd=str(folder)) as kernel:
         started = kernel.run("spark.sparkContext.master, spark.sparkContext.applicationId", 300)
         assert started["error"] is None, started

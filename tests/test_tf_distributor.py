@@ -11,14 +11,13 @@ is a fresh process), and a worker that fails is named with its host and last lin
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
 from tests.kernelrun import Kernel
-from tests.sparkcluster import standalone_cluster
+from tests.test_torch_distributor import _cluster_kernel_env
 
 pytestmark = pytest.mark.integration
 
@@ -102,24 +101,6 @@ TFDistributor(num_workers=2).run(train)
 """
 
 
-@pytest.fixture(scope="module")
-def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Spark standalone master and two workers of 1 core and 1 GiB each (for the module)."""
-    with standalone_cluster(tmp_path_factory.mktemp("cluster"), workers=2) as master:
-        yield master
-
-
-def _env(base: dict[str, str], master: str, log_dir: Path) -> dict[str, str]:
-    return {
-        **base,
-        "SCALELAB_SPARK_MASTER": master,
-        "SCALELAB_SPARK_DRIVER_MEMORY": "1g",
-        "SCALELAB_SPARK_CONF": json.dumps({"spark.executor.memory": "768m"}),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "SCALELAB_LOG_DIR": str(log_dir),
-    }
-
-
 def _tf_workers() -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
@@ -131,7 +112,7 @@ def _tf_workers() -> list[psutil.Process]:
 def test_two_workers_all_reduce_learn_and_run_again_in_the_same_notebook(
     kernel_environment: dict[str, str], two_workers: str, tmp_path: Path
 ):
-    env = _env(kernel_environment, two_workers, tmp_path / "logs")
+    env = _cluster_kernel_env(kernel_environment, two_workers, tmp_path / "logs")
     with Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as kernel:
         data = kernel.run(DATA, timeout_s=300)
         assert data["error"] is None, data
@@ -153,7 +134,7 @@ def test_two_workers_all_reduce_learn_and_run_again_in_the_same_notebook(
 def test_a_worker_that_fails_is_named_with_its_host_and_last_lines(
     kernel_environment: dict[str, str], two_workers: str, tmp_path: Path
 ):
-    env = _env(kernel_environment, two_workers, tmp_path / "logs")
+    env = _cluster_kernel_env(kernel_environment, two_workers, tmp_path / "logs")
     with Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as kernel:
         out = kernel.run(CRASH, timeout_s=300)
     assert out["error"] is not None, out

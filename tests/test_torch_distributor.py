@@ -14,14 +14,12 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
 from tests.kernelrun import Kernel
-from tests.sparkcluster import standalone_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -102,13 +100,6 @@ print(json.dumps({
     "checkpoint_matches": all(torch.equal(checkpoint[k], again["state"][k]) for k in checkpoint),
 }))
 """
-
-
-@pytest.fixture(scope="module")
-def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Spark standalone master and two workers of 1 core and 1 GiB each (for the module)."""
-    with standalone_cluster(tmp_path_factory.mktemp("cluster"), workers=2) as master:
-        yield master
 
 
 def _cluster_kernel_env(base: dict[str, str], master: str, log_dir: Path) -> dict[str, str]:

@@ -12,7 +12,6 @@ ranks) and say which YARN container they ran in.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 
 from tests.hadoopcluster import HadoopTestCluster
 from tests.kernelrun import Kernel
-from tests.test_spark_yarn import yarn_environment
+from tests.test_spark_yarn import yarn_kernel_environment
 from tests.test_torch_distributor import SHARDS, TRAIN
 
 pytestmark = [pytest.mark.hadoop, pytest.mark.integration]
@@ -52,15 +51,7 @@ def rank_kernel(
 ) -> Iterator[Kernel]:
     """A PySpark kernel on the test cluster's YARN with executors sized for a rank."""
     folder = tmp_path_factory.mktemp("torch-yarn")
-    base = {
-        **os.environ,
-        "JUPYTER_PATH": str(kernels_dir),
-        "SCALELAB_STORE_URL": course_store,
-        "SCALELAB_STORE_OPTIONS": "{}",
-        "SCALELAB_GPUS": "",
-        "CUDA_VISIBLE_DEVICES": "",
-    }
-    env = yarn_environment(base, hdfs_cluster, folder / "logs")
+    env = yarn_kernel_environment(hdfs_cluster, kernels_dir, course_store, folder / "logs")
     conf = json.loads(env["SCALELAB_SPARK_CONF"])
     env["SCALELAB_SPARK_CONF"] = json.dumps({**conf, **RANK_EXECUTORS})
     with Kernel("scalelab-pyspark", env, cwd=str(folder)) as kernel:
