@@ -230,7 +230,8 @@ class GPUSpawnerMixin(Spawner):
         help="""Seconds between a GPU server's reports of its own GPUs' readings (NVML, read on
         the node that holds them) to the hub, when the GPU source takes reports
         (`gpu_source_class` `scalelab.spawner.gpu_source.ReportedGPUs`: servers on other
-        nodes, Slurm or Kubernetes). Keep it below `ReportedGPUs.max_age_s`.""",
+        nodes, e.g. Kubernetes; the Slurm spawner's `SlurmGPUs` too). Keep it below the
+        source's `max_age_s`.""",
     )
     options_template_paths = List(
         Unicode(),

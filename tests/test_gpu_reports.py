@@ -165,34 +165,25 @@ def test_the_board_and_the_idle_warning_read_what_each_server_reports(hub: Scale
 
     # a server reports for its own user only, and only GPUs its server holds
     token = server_environ(hub, "alice")["JUPYTERHUB_API_TOKEN"]
-    body = {"server": "", "gpus": [{"uuid": holder["bob"], "utilization_pct": 0.0}]}
-    forged = requests.post(
-        f"{hub.url}/hub/api/scalelab/users/bob/gpu-readings",
-        headers={"Authorization": f"token {token}"},
-        json=body,
-        timeout=30,
-    )
+
+    def post(user: str, server: str, uuid: str) -> requests.Response:
+        return requests.post(
+            f"{hub.url}/hub/api/scalelab/users/{user}/gpu-readings",
+            headers={"Authorization": f"token {token}"},
+            json={"server": server, "gpus": [{"uuid": uuid, "utilization_pct": 0.0}]},
+            timeout=30,
+        )
+
+    forged = post("bob", "", holder["bob"])
     # JupyterHub's answer to a token without the scope on that user: 404, "No access"
     assert forged.status_code == 404, forged.text
     assert "No access" in forged.json()["message"]
     assert _board(hub)[holder["bob"]]["utilization_pct"] == DECLARED[holder["bob"]][0]
-    other = {"server": "second", "gpus": body["gpus"]}
-    none_held = requests.post(
-        f"{hub.url}/hub/api/scalelab/users/alice/gpu-readings",
-        headers={"Authorization": f"token {token}"},
-        json=other,
-        timeout=30,
-    )
+    none_held = post("alice", "second", holder["bob"])
     assert none_held.status_code == 409
     assert "alice/second holds no GPU" in none_held.json()["message"]
     # naming bob's GPU in her own report: refused whole, bob's reading stays
-    body = {"server": "", "gpus": [{"uuid": holder["bob"], "utilization_pct": 0.0}]}
-    foreign = requests.post(
-        f"{hub.url}/hub/api/scalelab/users/alice/gpu-readings",
-        headers={"Authorization": f"token {token}"},
-        json=body,
-        timeout=30,
-    )
+    foreign = post("alice", "", holder["bob"])
     assert foreign.status_code == 403, foreign.text
     assert f"alice/ does not hold GPU(s) {holder['bob']}" in foreign.json()["message"]
     assert _board(hub)[holder["bob"]]["utilization_pct"] == DECLARED[holder["bob"]][0]
