@@ -230,7 +230,8 @@ class GPUSpawnerMixin(Spawner):
         help="""Seconds between a GPU server's reports of its own GPUs' readings (NVML, read on
         the node that holds them) to the hub, when the GPU source takes reports
         (`gpu_source_class` `scalelab.spawner.gpu_source.ReportedGPUs`: servers on other
-        nodes, Slurm or Kubernetes). Keep it below `ReportedGPUs.max_age_s`.""",
+        nodes, e.g. Kubernetes; the Slurm spawner's `SlurmGPUs` too). Keep it below the
+        source's `max_age_s`.""",
     )
     options_template_paths = List(
         Unicode(),
@@ -534,11 +535,17 @@ class GPUSpawnerMixin(Spawner):
         warning_s = policy.gpu_session_warning_minutes * 60
         return {envvars.GPU_DEADLINE: f"{deadline:.0f}", envvars.GPU_WARNING_S: f"{warning_s:.0f}"}
 
+    def has_gpus_to_report(self) -> bool:
+        """Whether this server holds GPUs whose readings it should report (its granted UUIDs)."""
+        return bool(self.gpu_uuids)
+
     def gpu_report_environment(self) -> dict[str, str]:
         """``SCALELAB_GPU_REPORT_S`` (``gpu_report_interval``) for a server holding GPUs when the
         hub's GPU source takes the servers' reports (its ``wants_reports``); else nothing."""
         pool = GPUPool.current()
-        if not self.gpu_uuids or pool is None or not getattr(pool.source, "wants_reports", False):
+        if not self.has_gpus_to_report() or pool is None:
+            return {}
+        if not getattr(pool.source, "wants_reports", False):
             return {}
         return {envvars.GPU_REPORT_S: f"{self.gpu_report_interval:g}"}
 

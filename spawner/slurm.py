@@ -19,6 +19,9 @@ What ScaleLab adds to batchspawner's ``SlurmSpawner``:
   (node and GRES indices, ``"n1/gpu0"``) go into ScaleLab's ledger, so the GPU board shows who
   holds what, and into the spawner state with the job id, so a restarted hub knows them again.
   The hub's GPU inventory is the cluster's GRES (:class:`SlurmGPUs`).
+- **GPU readings from the GPU's node.** Each GPU server reads its GPUs through NVML on its node
+  and reports them to the hub under the same names, so the GPU board, the idle warning and
+  GPU-aware culling see them (:class:`SlurmGPUs`).
 - Stop cancels the job (``scancel``), pending or running; the student can start again at once.
 
 Slurm's commands run on the hub's host (a Slurm client: ``sbatch``, ``squeue``, ``scancel``,
@@ -43,7 +46,7 @@ from jupyterhub.spawner import SpawnException
 from traitlets import Dict, Float, Unicode, default, validate
 
 from scalelab.common.gpu_inventory import GPU, GPUInventory
-from scalelab.common.gpu_source import GPUSource
+from scalelab.common.gpu_source import ServerReports
 from scalelab.spawner.course import CourseSpawnerMixin
 from scalelab.spawner.ledger import Holding, LedgerError
 from scalelab.spawner.slurm_jobs import (
@@ -68,10 +71,14 @@ from scalelab.spawner.slurm_jobs import (
 PROFILE_KEYS = frozenset({"partition", "qos", "time", "account", "options"})
 
 
-class SlurmGPUs(GPUSource):
+class SlurmGPUs(ServerReports):
     """The GPUs of a Slurm cluster: every node's ``Gres=gpu:N`` (``scontrol show node -o``),
     named ``"<node>/gpu<index>"``. The default GPU source of :class:`ScaleLabSlurmSpawner`.
-    Utilisation is unknown here (never idle)."""
+
+    Their readings are those the servers holding them report from their nodes (NVML there,
+    :mod:`scalelab.hub_ext.server.gpu_report`, which names them as here from the job's
+    ``SLURMD_NODENAME`` and ``SLURM_JOB_GPUS``), kept as :class:`ServerReports` keeps them; a GPU
+    no server has reported on for ``max_age_s`` seconds is unknown (never idle)."""
 
     scontrol = Unicode(
         "scontrol",
@@ -250,6 +257,11 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
             subvars["prologue"] = "export CUDA_VISIBLE_DEVICES=''\n" + subvars.get("prologue", "")
         script = await super()._get_batch_script(**subvars)
         return insert_directives(script, self.job_directives())
+
+    def has_gpus_to_report(self) -> bool:
+        """Whether this job asks for GPUs: Slurm picks them after submission, so the server
+        names them itself (``SLURMD_NODENAME``, ``SLURM_JOB_GPUS``) in its reports."""
+        return bool(self.requested_gpus)
 
     def get_env(self) -> dict[str, str]:
         """The course's environment, without the GPU variables of a GPU request: Slurm sets the

@@ -14,6 +14,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from scalelab.common.gpu_inventory import slurm_gpu_id as gpu_id
+
 #: ``squeue`` format of :func:`queue_place`: job id, priority, submit time, estimated start,
 #: reason.
 PENDING_FORMAT = "%i|%Q|%V|%S|%r"
@@ -244,11 +246,6 @@ def node_address(text: str, node: str) -> str:
         if fields.get("NodeName") == node:
             return fields.get("NodeAddr") or node
     return node
-
-
-def gpu_id(node: str, index: int) -> str:
-    """The ledger's name of GPU ``index`` of ``node``: ``"n1/gpu0"``."""
-    return f"{node}/gpu{index}"
 
 
 def held_gpus(job: SlurmJob) -> tuple[str, ...]:

@@ -17,8 +17,10 @@ import pytest
 import requests
 from traitlets.config import Config
 
-from scalelab.hub_ext.hub.gpu_reports import held_readings, parse_report
-from scalelab.hub_ext.server.gpu_report import GPUReporter
+from scalelab.hub_ext.hub.gpu_reports import foreign_gpus, held_readings, parse_report
+from scalelab.hub_ext.server.gpu_report import GPUReporter, slurm_gpus
+from scalelab.spawner.slurm import SlurmGPUs
+from scalelab.spawner.slurm_jobs import SlurmJob, held_gpus
 from tests.hubproc import TWO_FAKE_GPUS, ScaleLabUp, running, server_environ
 
 #: What each declared GPU reads on its server: one idle, one training.
@@ -55,6 +57,49 @@ def test_readings_go_to_the_held_gpus_by_uuid_else_in_order():
     assert held_readings(("GPU-ledger-0",), [("a", (1.0, 1)), ("b", (2.0, 2))]) == {
         "GPU-ledger-0": (1.0, 1)
     }
+
+
+def test_a_report_naming_a_gpu_the_server_does_not_hold_is_refused():
+    """Slurm servers name their GPUs as the hub does: naming another student's is refused, so
+    no server can mark another's GPU idle; UUIDs the hub does not know (a pod's) are mapped."""
+    known = {"n1/gpu0", "n1/gpu1", "n2/gpu0", "n2/gpu1"}
+    mine = ("n1/gpu1",)
+    assert foreign_gpus(mine, known, [("n1/gpu1", (0.0, 1))]) == []
+    assert foreign_gpus(mine, known, [("n1/gpu1", (9.0, 1)), ("n2/gpu0", (0.0, 1))]) == ["n2/gpu0"]
+    assert foreign_gpus(("GPU-ledger-0",), {"GPU-ledger-0"}, [("GPU-pod-7", (1.0, 1))]) == []
+
+
+def test_a_slurm_server_names_its_gpus_as_the_hub_does():
+    """The server's names of its job's GPUs are the hub's ledger names of the same job's GPUs;
+    each is read through the device CUDA_VISIBLE_DEVICES gives it (the node's own index, or 0..
+    where the job's cgroup shows only its GPUs, or a UUID)."""
+    job = SlurmJob(job_id="7", state="RUNNING", batch_host="n2", gpus={"n2": (1, 3)})
+    env = {"SLURMD_NODENAME": "n2", "SLURM_JOB_GPUS": "1,3", "CUDA_VISIBLE_DEVICES": "1,3"}
+    named = slurm_gpus(env)
+    assert named == [("n2/gpu1", "1"), ("n2/gpu3", "3")]
+    assert tuple(name for name, _ in named) == held_gpus(job)
+    constrained = {**env, "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert slurm_gpus(constrained) == [("n2/gpu1", "0"), ("n2/gpu3", "1")]
+    assert slurm_gpus({**env, "CUDA_VISIBLE_DEVICES": ""}) == [("n2/gpu1", "1"), ("n2/gpu3", "3")]
+    assert slurm_gpus({"SLURMD_NODENAME": "n2", "CUDA_VISIBLE_DEVICES": ""}) == []  # CPU only
+    assert slurm_gpus({"CUDA_VISIBLE_DEVICES": "0"}) == []  # not in a Slurm job
+
+    # the node's NVML (declared here: no GPU on this machine) sees 4 GPUs; the job reads 1 and 3
+    config = Config()
+    config.GPUReporter.source_class = "scalelab.spawner.gpu_source.DeclaredReadings"
+    config.DeclaredReadings.readings = {f"GPU-n2-{i}": [10.0 * i, i] for i in range(4)}
+    url = "http://hub/hub/api/scalelab/users/alice/gpu-readings"
+    reporter = GPUReporter([], url, "token", "", named, config=config)
+    assert reporter.read() == {"n2/gpu1": (10.0, 1), "n2/gpu3": (30.0, 3)}
+    by_uuid = [("n2/gpu1", "GPU-n2-2")]  # CUDA_VISIBLE_DEVICES as UUIDs
+    assert GPUReporter([], url, "t", "", by_uuid, config=config).read() == {"n2/gpu1": (20.0, 2)}
+
+    # the hub's Slurm source keeps the reports as ReportedGPUs does
+    source = SlurmGPUs()
+    assert source.wants_reports
+    source.record({"n2/gpu1": (10.0, 1)})
+    source.record({"n2/gpu3": (0.0, 3)}, now=time.time() - source.max_age_s - 1)
+    assert source.utilization(["n2/gpu1", "n2/gpu3", "n1/gpu0"]) == {"n2/gpu1": (10.0, 1)}
 
 
 @pytest.fixture
@@ -120,26 +165,28 @@ def test_the_board_and_the_idle_warning_read_what_each_server_reports(hub: Scale
 
     # a server reports for its own user only, and only GPUs its server holds
     token = server_environ(hub, "alice")["JUPYTERHUB_API_TOKEN"]
-    body = {"server": "", "gpus": [{"uuid": holder["bob"], "utilization_pct": 0.0}]}
-    forged = requests.post(
-        f"{hub.url}/hub/api/scalelab/users/bob/gpu-readings",
-        headers={"Authorization": f"token {token}"},
-        json=body,
-        timeout=30,
-    )
+
+    def post(user: str, server: str, uuid: str) -> requests.Response:
+        return requests.post(
+            f"{hub.url}/hub/api/scalelab/users/{user}/gpu-readings",
+            headers={"Authorization": f"token {token}"},
+            json={"server": server, "gpus": [{"uuid": uuid, "utilization_pct": 0.0}]},
+            timeout=30,
+        )
+
+    forged = post("bob", "", holder["bob"])
     # JupyterHub's answer to a token without the scope on that user: 404, "No access"
     assert forged.status_code == 404, forged.text
     assert "No access" in forged.json()["message"]
     assert _board(hub)[holder["bob"]]["utilization_pct"] == DECLARED[holder["bob"]][0]
-    other = {"server": "second", "gpus": body["gpus"]}
-    none_held = requests.post(
-        f"{hub.url}/hub/api/scalelab/users/alice/gpu-readings",
-        headers={"Authorization": f"token {token}"},
-        json=other,
-        timeout=30,
-    )
+    none_held = post("alice", "second", holder["bob"])
     assert none_held.status_code == 409
     assert "alice/second holds no GPU" in none_held.json()["message"]
+    # naming bob's GPU in her own report: refused whole, bob's reading stays
+    foreign = post("alice", "", holder["bob"])
+    assert foreign.status_code == 403, foreign.text
+    assert f"alice/ does not hold GPU(s) {holder['bob']}" in foreign.json()["message"]
+    assert _board(hub)[holder["bob"]]["utilization_pct"] == DECLARED[holder["bob"]][0]
 
 
 def test_a_server_reports_its_granted_gpus_or_else_every_gpu_it_sees():

@@ -23,6 +23,9 @@ from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]
 
 STUDENTS = ("alice", "bob", "carol", "dave")
+#: What each node's GPUs read on the servers (declared readings: no GPU on this machine; a GPU
+#: node's server reads NVML), by the node's device index: GRES gpu0 is idle, gpu1 trains.
+DECLARED = {"GPU-node-0": [0.0, 512], "GPU-node-1": [87.5, 30000]}
 PENDING_SCREENSHOT = REPO / "docs" / "screenshot-slurm-pending.png"
 
 
@@ -52,6 +55,13 @@ def hub(
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))  # the hub's own squeue, scontrol
     state = tmp_path / "state"
     state.mkdir()
+    # the servers' configuration: their GPU reports read declared readings (batchspawner puts
+    # the arguments unquoted into the job's script, so a file rather than JSON on the command)
+    server_config = state / "server_config.py"
+    server_config.write_text(
+        'c.GPUReporter.source_class = "scalelab.spawner.gpu_source.DeclaredReadings"\n'
+        f"c.DeclaredReadings.readings = {DECLARED!r}\n"
+    )
     plain = PlainHub(
         state,
         slurm_config(
@@ -67,6 +77,8 @@ def hub(
             "    {'slug': 'gpu-2', 'display_name': '2 GPUs', 'gpus': 2},\n"
             "]\n"
             "c.ScaleLabSlurmSpawner.slurm_profiles = {'cpu-1min': {'time': '1'}}\n"
+            f"c.ScaleLabSlurmSpawner.args = ['--allow-root', '--config={server_config}']\n"
+            "c.ScaleLabSlurmSpawner.gpu_report_interval = 1\n"
             # a hub restart leaves the servers' jobs running (the fixture cancels them at the end)
             "c.JupyterHub.cleanup_servers = False\n",
         ),
@@ -292,6 +304,22 @@ def test_a_restarted_hub_knows_the_job_its_node_and_gpus(
     held = sorted(g["uuid"] for g in board["gpus"] if g["holder"])
     node = before["slurm"]["node"]
     assert held == [f"{node}/gpu0", f"{node}/gpu1"]
+
+    # the server reads its GPUs on its node and reports them under the hub's names, to the
+    # restarted hub too: the GPU board (and the GPU monitor's idle warning through it) sees them
+    env = _server_env("hana")
+    assert (env["SLURMD_NODENAME"], env["SLURM_JOB_GPUS"]) == (node, "0,1")
+    assert env["SCALELAB_GPU_REPORT_S"] == "1"
+    deadline = time.monotonic() + 60
+    while True:
+        board = {g["uuid"]: g for g in hub.api("GET", "/scalelab/gpus").json()["gpus"]}
+        readings = [(board[u]["utilization_pct"], board[u]["memory_used_mib"]) for u in held]
+        if None not in (util for util, _ in readings):
+            break
+        assert time.monotonic() < deadline, f"no reading of {held} on the board:\n{_log_tail(hub)}"
+        time.sleep(0.5)
+    assert readings == [(0.0, 512), (87.5, 30000)]
+    assert all(g["utilization_pct"] is None for g in board.values() if g["uuid"] not in held)
     assert hub.api("GET", "/users/hana/server/progress").status_code in (200, 400)
     assert hub.api("DELETE", "/users/hana/server").status_code in (202, 204)
     _gone(hub, "hana")

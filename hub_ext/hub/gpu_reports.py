@@ -15,7 +15,9 @@ hub API (it must, for logins), whereas the hub reaching into each server would n
 with access to every server and the proxy's routes. A server reports only for its user, and
 only GPUs its server holds in the ledger are kept: a reading names a held UUID, or, where the
 server sees other UUIDs than the ledger's (Kubernetes' device plugin picks the devices), the
-held GPUs in order.
+held GPUs in order. A report naming a GPU of the hub's inventory that the server does not hold
+(another student's: a Slurm server names its GPUs ``"<node>/gpu<index>"`` as the hub does) is
+refused whole (403): no server can mark another's GPU idle.
 
 Registered by ``scalelab.configure(c)`` as ``c.JupyterHub.extra_handlers`` (inside the hub,
 beside the GPU pool), like the GPU board.
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from jupyterhub.apihandlers.base import APIHandler
@@ -70,6 +72,14 @@ def parse_report(body: Any) -> tuple[str, list[tuple[str, Reading]]]:
     return server, readings
 
 
+def foreign_gpus(
+    held: Sequence[str], known: Collection[str], reported: Sequence[tuple[str, Reading]]
+) -> list[str]:
+    """The reported GPUs that are GPUs of the hub's inventory (``known``) but not ``held`` by
+    the reporting server (pure), in the report's order: a report naming any is refused."""
+    return [uuid for uuid, _ in reported if uuid in known and uuid not in held]
+
+
 def held_readings(
     held: Sequence[str], reported: Sequence[tuple[str, Reading]]
 ) -> dict[str, Reading]:
@@ -105,6 +115,14 @@ class GPUReadingsHandler(APIHandler):
         holding = pool.allocator.ledger.holding(f"{user_name}/{server}")
         if holding is None or not holding.gpus:
             raise web.HTTPError(409, f"{user_name}/{server} holds no GPU")
+        known = {gpu.uuid for gpu in pool.inventory.gpus}
+        foreign = foreign_gpus(holding.gpus, known, reported)
+        if foreign:
+            raise web.HTTPError(
+                403,
+                f"{user_name}/{server} does not hold GPU(s) {', '.join(foreign)}: a server "
+                f"reports only its own GPUs ({', '.join(holding.gpus)})",
+            )
         record(held_readings(holding.gpus, reported))
         self.set_status(204)
 

@@ -9,8 +9,11 @@ own hub token, as ``jupyterhub-singleuser`` posts its activity
 
 Which GPUs: those of ``SCALELAB_GPUS`` the source can see (a shared host's NVML sees them all);
 when it sees none of them (a container whose device plugin picked the devices, whose UUIDs are
-not the ledger's), every GPU it sees. A failed read or post is logged (once until it works
-again) and tried again at the next period; it never stops the server.
+not the ledger's), every GPU it sees. In a Slurm job (Slurm, not the hub, picked the GPUs) the
+server names its GPUs as the hub does, ``"<node>/gpu<index>"`` (:func:`slurm_gpus`: the node
+from ``SLURMD_NODENAME``, the GRES indices from ``SLURM_JOB_GPUS``), and reads each through the
+device ``CUDA_VISIBLE_DEVICES`` gives it in the same place. A failed read or post is logged
+(once until it works again) and tried again at the next period; it never stops the server.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -27,7 +31,33 @@ from traitlets import Type
 from traitlets.config import LoggingConfigurable
 
 from scalelab import envvars
+from scalelab.common.gpu_inventory import slurm_gpu_id
 from scalelab.common.gpu_source import GPUSource, NVMLGPUs, Reading
+
+
+def slurm_gpus(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The GPUs of the Slurm job whose environment is ``environ`` (pure): (the hub's name,
+    ``"<node>/gpu<index>"``; the device that CUDA and NVML know it by on the node, an index or
+    a UUID as text) for each, in Slurm's order. Empty outside a Slurm job or in one without GPUs.
+
+    The node is ``SLURMD_NODENAME``; the GRES indices are ``SLURM_JOB_GPUS`` (the node's own
+    numbering, even where cgroups constrain the devices; ``SLURM_STEP_GPUS`` when that is
+    unset). The devices are ``CUDA_VISIBLE_DEVICES``, which Slurm writes in the same order (the
+    node's indices, or 0..N-1 where the job's cgroup shows only its own GPUs); where it does
+    not give one device per GPU, the GRES indices are taken as the devices.
+    """
+    node = environ.get("SLURMD_NODENAME", "")
+    indices = [
+        i for i in environ.get("SLURM_JOB_GPUS", environ.get("SLURM_STEP_GPUS", "")).split(",") if i
+    ]
+    if not node or not indices:
+        return []
+    devices = [d for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
+    if len(devices) != len(indices):
+        devices = indices
+    return [
+        (slurm_gpu_id(node, index), device) for index, device in zip(indices, devices, strict=True)
+    ]
 
 
 class GPUReporter(LoggingConfigurable):
@@ -44,9 +74,18 @@ class GPUReporter(LoggingConfigurable):
         `c.ScaleLabSpawner.args`).""",
     )
 
-    def __init__(self, granted: list[str], url: str, token: str, server: str, **kwargs: Any):
+    def __init__(
+        self,
+        granted: list[str],
+        url: str,
+        token: str,
+        server: str,
+        slurm: Sequence[tuple[str, str]] = (),
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
-        self.granted = granted
+        self.slurm = list(slurm)
+        self.granted = granted or [name for name, _ in self.slurm]
         self.url = url
         self.token = token
         self.server = server
@@ -55,12 +94,25 @@ class GPUReporter(LoggingConfigurable):
         self._failing = False
 
     def read(self) -> dict[str, Reading]:
-        """The readings of the server's GPUs (blocking: NVML)."""
+        """The readings of the server's GPUs (blocking: NVML): by the names it was granted (or,
+        in a Slurm job, the hub's names of its GPUs) where its source knows them; else, in a
+        Slurm job, its devices' readings under the hub's names; else every GPU it sees."""
         readings = self.source.utilization(self.granted)
         if readings:
             return readings
+        if self.slurm:
+            return self.read_slurm()
         seen = [gpu.uuid for gpu in self.source.discover().gpus]
         return self.source.utilization(seen)
+
+    def read_slurm(self) -> dict[str, Reading]:
+        """The readings of the job's devices (``CUDA_VISIBLE_DEVICES``: an index among the GPUs
+        the source sees, or a UUID), each under the hub's name of its GPU (blocking)."""
+        seen = self.source.discover().gpus
+        by_device = {gpu.uuid: gpu.uuid for gpu in seen} | {str(g.index): g.uuid for g in seen}
+        uuids = {name: by_device[device] for name, device in self.slurm if device in by_device}
+        readings = self.source.utilization(list(uuids.values()))
+        return {name: readings[uuid] for name, uuid in uuids.items() if uuid in readings}
 
     def body(self, readings: dict[str, Reading]) -> dict[str, Any]:
         """The report (pure): ``{"server", "gpus": [{"uuid", "utilization_pct",
@@ -112,7 +164,8 @@ def setup(serverapp: Any) -> GPUReporter | None:
     granted = [u for u in os.environ.get(envvars.GPUS, "").split(",") if u]
     url = f"{api_url.rstrip('/')}/scalelab/users/{quote(user, safe='')}/gpu-readings"
     server = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
-    reporter = GPUReporter(granted, url, token, server, parent=serverapp)
+    slurm = [] if granted else slurm_gpus(os.environ)
+    reporter = GPUReporter(granted, url, token, server, slurm, parent=serverapp)
     # serverapp.io_loop: jupyter_server's loop for extensions' background tasks
     serverapp.io_loop.add_callback(reporter.report)
     reporter.callback = PeriodicCallback(reporter.report, float(period) * 1000)

@@ -178,6 +178,12 @@ def exclude(inventory: GPUInventory, excluded: Iterable[str]) -> GPUInventory:
     return GPUInventory(kept, inventory.source, inventory.reason)
 
 
+def slurm_gpu_id(node: str, index: int | str) -> str:
+    """The name of GRES GPU ``index`` of Slurm node ``node`` (pure): ``"n1/gpu0"``, as the hub's
+    ledger and GPU board name it and as a server in a Slurm job names its own GPUs."""
+    return f"{node}/gpu{index}"
+
+
 async def discover_gpus() -> GPUInventory:
     """:func:`discover_nvml` in a worker thread, so the hub's event loop never blocks on NVML."""
     return await asyncio.to_thread(discover_nvml)

@@ -12,7 +12,8 @@ its event loop:
 Sources here: :class:`NVMLGPUs` (the host's GPUs through NVML), :class:`DeclaredGPUs` (the
 inventory written in ``ScaleLabSpawner.declared_gpus``; nothing can be read of them),
 :class:`ReportedGPUs` (a declared inventory of GPUs on other nodes, read by the servers that hold
-them and reported to the hub: :mod:`scalelab.hub_ext.hub.gpu_reports`) and
+them and reported to the hub: :mod:`scalelab.hub_ext.hub.gpu_reports`; the reports are kept by
+:class:`ServerReports`, which the Slurm spawner's ``SlurmGPUs`` shares) and
 :class:`DeclaredReadings` (declared GPUs with declared readings: what a server reports where
 NVML cannot run, e.g. tests). The spawner's ``gpu_source_class`` picks one; another source is
 another subclass. Each source is a configurable of its own: its settings are
@@ -128,12 +129,13 @@ class DeclaredGPUs(GPUSource):
         return declared_inventory(self.declared)
 
 
-class ReportedGPUs(DeclaredGPUs):
-    """GPUs on other nodes than the hub's (Slurm, Kubernetes): the inventory is declared
-    (``ScaleLabSpawner.declared_gpus``), and each GPU's reading is the one the single-user
-    server holding it last reported (``POST /hub/api/scalelab/users/<user>/gpu-readings``,
-    :mod:`scalelab.hub_ext.hub.gpu_reports`), read there through NVML. A reading older than
-    ``max_age_s``, or none, is unknown: never idle."""
+class ServerReports(GPUSource):
+    """Readings reported by the single-user servers that hold the GPUs
+    (``POST /hub/api/scalelab/users/<user>/gpu-readings``,
+    :mod:`scalelab.hub_ext.hub.gpu_reports`), read there through NVML, kept for the GPU board
+    and the GPU monitor: the part of a GPU source that takes reports, shared by
+    :class:`ReportedGPUs` (declared inventory) and the Slurm spawner's ``SlurmGPUs`` (the
+    cluster's GRES). A reading older than ``max_age_s``, or none, is unknown: never idle."""
 
     max_age_s = Float(
         120.0,
@@ -144,14 +146,14 @@ class ReportedGPUs(DeclaredGPUs):
         every `ScaleLabSpawner.gpu_report_interval` seconds.""",
     )
 
-    def __init__(self, declared: Sequence[Mapping[str, Any]] = (), **kwargs: Any) -> None:
-        super().__init__(declared, **kwargs)
-        self._lock = threading.Lock()
-        self._reports: dict[str, tuple[Reading, float]] = {}
-
     #: Whether servers should report their GPUs' readings to the hub (see the spawner's
     #: ``gpu_report_environment``).
     wants_reports = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lock = threading.Lock()
+        self._reports: dict[str, tuple[Reading, float]] = {}
 
     def record(self, readings: Mapping[str, Reading], now: float | None = None) -> None:
         """Keep ``readings`` (uuid -> reading) as of ``now`` (seconds since the epoch)."""
@@ -171,6 +173,13 @@ class ReportedGPUs(DeclaredGPUs):
                 for reading, at in [report]
                 if at >= oldest
             }
+
+
+class ReportedGPUs(ServerReports, DeclaredGPUs):
+    """GPUs on other nodes than the hub's (Kubernetes, or any spawner whose servers' nodes the
+    hub cannot read): the inventory is declared (``ScaleLabSpawner.declared_gpus``), and each
+    GPU's reading is the one the single-user server holding it last reported
+    (:class:`ServerReports`). ``c.ReportedGPUs.max_age_s``: how long a reading stays valid."""
 
 
 class DeclaredReadings(GPUSource):
