@@ -276,18 +276,16 @@ def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, 
     return conf
 
 
-def build_session(conf: Mapping[str, str]) -> Any:
-    """Create a SparkSession with ``conf`` (blocking: starts the JVM).
-
-    Returns
-    -------
-    pyspark.sql.SparkSession
+def prepare_driver_environment(conf: Mapping[str, str]) -> None:
+    """Set the variables the driver JVM and its Python workers read, in ``os.environ``, as the
+    kernel sets them before its JVM starts (the warm driver's keeper sets the same:
+    :mod:`scalelab.kernels.warm_driver`): ``PYSPARK_PYTHON``/``PYSPARK_DRIVER_PYTHON`` (this
+    interpreter, unless set), ``SPARK_LOCAL_IP`` on a loopback driver, YARN's on ``yarn``.
 
     Raises
     ------
     SparkStartError
-        Whatever PySpark raised when the JVM could not start (Java missing, a bad setting),
-        as ``__cause__``.
+        The master is ``yarn`` and its configuration folder or Spark installation is missing.
     """
     # Executors run Python workers: make them use this kernel's interpreter, not python3 on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -306,6 +304,22 @@ def build_session(conf: Mapping[str, str]) -> Any:
         # spark.driver.bindAddress says: keep it on loopback with the driver, so that it is
         # reached through the student's server (jupyter-server-proxy), not from the network.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def build_session(conf: Mapping[str, str]) -> Any:
+    """Create a SparkSession with ``conf`` (blocking: starts the JVM).
+
+    Returns
+    -------
+    pyspark.sql.SparkSession
+
+    Raises
+    ------
+    SparkStartError
+        Whatever PySpark raised when the JVM could not start (Java missing, a bad setting),
+        as ``__cause__``.
+    """
+    prepare_driver_environment(conf)
     try:
         from pyspark.sql import SparkSession
 
@@ -573,7 +587,9 @@ def begin(namespace: MutableMapping[str, Any], shell: Any, log_dir: Path | None)
     follow_logs = log_dir is not None and spark_yarn.is_yarn(conf["spark.master"])
 
     def factory() -> Any:
-        session = build_session(conf)
+        from scalelab.kernels import spark_warm  # it imports this module
+
+        session = spark_warm.take_or_none() or build_session(conf)
         if follow_logs:  # the executors' logs, live in the server's log view
             follow_yarn_logs(session, log_dir)
         return session
