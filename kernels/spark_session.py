@@ -557,7 +557,12 @@ def silence_harmless_warnings() -> None:
         warnings.filterwarnings("ignore", message=message, category=category)
 
 
-def begin(namespace: MutableMapping[str, Any], shell: Any, log_dir: Path | None) -> str:
+def begin(
+    namespace: MutableMapping[str, Any],
+    shell: Any,
+    log_dir: Path | None,
+    take: Callable[[], Any] | None = None,
+) -> str:
     """Start building ``spark`` in the background; put ``spark``/``sc`` in ``namespace``.
 
     Parameters
@@ -569,6 +574,9 @@ def begin(namespace: MutableMapping[str, Any], shell: Any, log_dir: Path | None)
         swapped for the real session, and a line tells the notebook the Spark UI URL once.
     log_dir
         Folder of the driver's log (see :func:`session_conf`).
+    take
+        Tried first in the background, before a driver of the kernel's own: a session from a
+        driver started ahead, or None (:func:`scalelab.kernels.spark_warm.take_or_none`).
 
     Returns
     -------
@@ -587,9 +595,7 @@ def begin(namespace: MutableMapping[str, Any], shell: Any, log_dir: Path | None)
     follow_logs = log_dir is not None and spark_yarn.is_yarn(conf["spark.master"])
 
     def factory() -> Any:
-        from scalelab.kernels import spark_warm  # it imports this module
-
-        session = spark_warm.take_or_none() or build_session(conf)
+        session = (take() if take is not None else None) or build_session(conf)
         if follow_logs:  # the executors' logs, live in the server's log view
             follow_yarn_logs(session, log_dir)
         return session

@@ -40,6 +40,7 @@ import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any
 
 from scalelab import envvars
@@ -97,16 +98,16 @@ def identity(cwd: str, environ: Mapping[str, str]) -> dict[str, Any]:
         ``versions`` (ScaleLab's and PySpark's) and ``env`` (each compared variable's name ->
         the SHA-256 of its value: :func:`compared_environment`).
     """
-    from scalelab import __version__ as scalelab_version
-
-    try:
-        from pyspark import __version__ as pyspark_version
-    except ImportError:
-        pyspark_version = ""
+    versions = []
+    for package in ("scalelab", "pyspark"):
+        try:
+            versions.append(metadata.version(package))
+        except metadata.PackageNotFoundError:
+            versions.append("")
     return {
         "cwd": os.path.realpath(cwd),
         "python": sys.executable,
-        "versions": [scalelab_version, pyspark_version],
+        "versions": versions,
         "env": {
             k: hashlib.sha256(v.encode("utf-8", "surrogateescape")).hexdigest()
             for k, v in compared_environment(environ).items()

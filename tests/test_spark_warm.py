@@ -244,3 +244,33 @@ def test_a_warm_driver_nobody_took_ends_with_its_server(tmp_path: Path):
         server.stop()
     _, alive = psutil.wait_procs([jvm], timeout=60)
     assert not alive, "the warm driver's JVM outlived its server"
+
+
+@pytest.mark.integration
+def test_a_kernel_in_another_folder_starts_its_own_and_the_next_warm_driver_is_for_there(
+    tmp_path: Path,
+):
+    server = Server(tmp_path, "--SparkWarmer.rewarm_delay_s=0")
+    (server.home / "lab").mkdir()
+    clients = []
+    try:
+        first_warm = server.warm("ready")
+        elsewhere = server.kernel("lab/notebook.ipynb")  # its folder: home/lab
+        clients.append(elsewhere)
+        own = result(elsewhere, DRIVER_FACTS)
+        assert own["app_id"] != first_warm["app_id"]  # declined: a driver of its own
+        assert own["worker"][0] == os.path.realpath(server.home / "lab")
+        deadline = time.monotonic() + 240
+        while (status := server.warm("ready"))["cwd"] != os.path.realpath(server.home / "lab"):
+            assert time.monotonic() < deadline, status
+            time.sleep(1)
+        assert status["app_id"] != first_warm["app_id"] and status["taken"] == 0
+        again = server.kernel("lab/notebook.ipynb")  # a restart in that folder
+        clients.append(again)
+        took = result(again, DRIVER_FACTS)
+        assert took["app_id"] == status["app_id"] and took["worker"] == own["worker"]
+        assert server.warm("ready", timeout_s=240)["taken"] == 1  # and the next one is warm
+    finally:
+        for client in clients:
+            client.stop_channels()
+        server.stop()

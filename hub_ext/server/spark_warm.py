@@ -75,7 +75,8 @@ def off_reason(environ: Mapping[str, str], enabled: bool, pyspark_offered: bool)
 
 
 class SparkWarmer(LoggingConfigurable):
-    """Keeps one warm Spark driver for the server's next PySpark kernel (module docstring)."""
+    """Keeps at most one Spark driver started ahead, for the server's next PySpark kernel to
+    take (see :mod:`scalelab.hub_ext.server.spark_warm`)."""
 
     enabled = Bool(
         True,
@@ -100,8 +101,8 @@ class SparkWarmer(LoggingConfigurable):
         min=1,
         config=True,
         help="""Keepers in a row whose driver failed to start (no Java, a bad Spark setting)
-        after which the server stops starting warm drivers; kernels start their own, and
-        their banner says why.""",
+        after which the server stops starting warm drivers (its log says why); kernels then
+        start their own, as without a warm driver.""",
     )
 
     def __init__(self, root_dir: str, pyspark_offered: bool, **kwargs: Any):
