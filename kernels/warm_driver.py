@@ -11,7 +11,7 @@ the options the kernel's builder passes, and runs one one-row job (described as 
 warm-up in the Spark UI). Then it answers on ``PATH`` (a UNIX socket, mode 0600), see
 :mod:`scalelab.kernels.spark_warm`: a kernel of another identity is told why; the first kernel
 of the same identity gets the driver, and the keeper stops listening. It then waits for the
-JVM to end and tells that kernel its exit status.
+JVM to end and tells that kernel its exit status, as a bare interpreter (:data:`WAITER`).
 
 It writes one JSON object per line on stdout for the server: ``{"event": "ready", "app_id",
 "pid", "cwd"}``, ``{"event": "declined", "why", "cwd"}`` (the asking kernel's folder),
@@ -41,6 +41,22 @@ from scalelab.kernels import spark_warm
 
 #: The job description of the warm-up job, as the Spark UI shows it.
 WARM_UP_DESCRIPTION = "ScaleLab: warm-up of the driver, run before a kernel took it"
+#: What the keeper becomes once a kernel took its driver (``exec``: the same process, so still
+#: the JVM's parent, in a bare interpreter): waits for the JVM (argv 1: its pid) to end, then
+#: tells the kernel (argv 2: the connection's descriptor) and the server its exit status.
+WAITER = """
+import json, os, socket, sys
+pid, fd = int(sys.argv[1]), int(sys.argv[2])
+code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+try:
+    socket.socket(fileno=fd).sendall(json.dumps({"exit": code}).encode() + b"\\n")
+except OSError:
+    pass
+try:
+    print(json.dumps({"event": "exit", "status": code}), flush=True)
+except OSError:
+    pass
+"""
 #: Seconds a connected kernel has to send its request.
 REQUEST_TIMEOUT_S = 5.0
 
@@ -202,15 +218,13 @@ def serve(path: str, offered: dict[str, Any], conf: dict[str, str]) -> int:
         proc.stdin.close()  # the kernel holds the JVM's stdin now
         os.close(read_end)
         emit("taken", kernel_pid=kernel_pid, app_id=gateway.scalelab_app_id)
-        status = proc.wait()
-        try:
-            conn.settimeout(REQUEST_TIMEOUT_S)
-            spark_warm.send_line(conn, {"exit": status})
-        except OSError:
-            pass
-        conn.close()
-        emit("exit", status=status)
-        return 0
+        conn.settimeout(None)
+        os.set_inheritable(conn.fileno(), True)
+        # Still the JVM's parent (exec keeps the pid), without PySpark's memory (about 120 MB).
+        os.execv(
+            sys.executable,
+            [sys.executable, "-I", "-S", "-c", WAITER, str(proc.pid), str(conn.fileno())],
+        )
     finally:
         if os.path.exists(path) and listener.fileno() >= 0:
             os.unlink(path)

@@ -222,6 +222,18 @@ def test_the_next_kernel_takes_the_warm_driver_a_second_one_starts_its_own(tmp_p
         assert took["worker"][0] == os.path.realpath(server.home)
         running = jvms() - before
         assert warm["pid"] in running and len(running) == 2
+        # The taken JVM's end reaches its kernel with its status, as for a JVM it started.
+        psutil.Process(warm["pid"]).kill()
+        status = result(
+            first,
+            "import json, time\n"
+            "_proc = spark.sparkContext._gateway.proc\n"
+            "_deadline = time.monotonic() + 60\n"
+            "while _proc.poll() is None and time.monotonic() < _deadline:\n"
+            "    time.sleep(0.1)\n"
+            "json.dumps(_proc.poll())",
+        )
+        assert status == -9
     finally:
         for client in clients:
             client.stop_channels()
