@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,13 +15,12 @@ import pytest
 import requests
 from jupyter_client import BlockingKernelClient
 
-from scalelab.commands.up import free_port
 from scalelab.hub_ext.server.spark_warm import off_reason
 from scalelab.kernels import spark_warm
 from scalelab.kernels.specs import install_kernelspecs
 from scalelab.spawner.environment import server_args
+from tests.test_full_disk import Server as JupyterServer
 
-TOKEN = "spark-warm-test-token"
 #: Settings that differ between any two drivers, warm or not.
 PER_DRIVER = {
     "spark.app.id",
@@ -59,23 +57,19 @@ def test_a_kernel_of_another_folder_or_environment_is_told_what_differs(tmp_path
     assert why.startswith("another working folder")
 
 
-class Server:
+class Server(JupyterServer):
     """A ``jupyter server`` with ScaleLab's extension and kernels, Spark as a spawner sets it."""
 
     def __init__(self, tmp: Path, *args: str) -> None:
-        self.home = tmp / "home"
-        self.home.mkdir(parents=True, exist_ok=True)
+        home = tmp / "home"
+        home.mkdir(parents=True, exist_ok=True)
         self.runtime = tmp / "runtime"
+        self.runtime.mkdir(parents=True, exist_ok=True)
         data = tmp / "share" / "jupyter"
         install_kernelspecs(data)
         (tmp / "store").mkdir(exist_ok=True)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         env = {
-            **os.environ,
-            "HOME": str(self.home),
             "JUPYTER_PATH": str(data),
-            "JUPYTER_RUNTIME_DIR": str(self.runtime),
             "SCALELAB_STORE_URL": (tmp / "store").as_uri(),
             "SCALELAB_STORE_OPTIONS": "{}",
             "SCALELAB_SPARK_MASTER": "local[1]",
@@ -84,41 +78,13 @@ class Server:
             "SCALELAB_GPUS": "",
             "SCALELAB_LOG_DIR": str(tmp / "logs"),
         }
-        env.pop("JUPYTER_DATA_DIR", None)
-        self.log = tmp / f"server-{self.port}.log"
-        self._log_file = open(self.log, "wb")
-        self.process = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("jupyter-server")),
-                f"--ServerApp.root_dir={self.home}",
-                f"--ServerApp.port={self.port}",
-                f"--IdentityProvider.token={TOKEN}",
-                "--ServerApp.open_browser=False",
-                "--allow-root",
-                *server_args(),
-                *args,
-            ],
-            env=env,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-        )
+        super().__init__(home, self.runtime, env, [*server_args(), *args])
 
     def get(self, path: str) -> dict:
-        deadline = time.monotonic() + 60
-        while True:
-            assert self.process.poll() is None, self.log.read_text()
-            try:
-                reply = requests.get(f"{self.url}{path}", headers=self.auth, timeout=5)
-                reply.raise_for_status()
-                return reply.json()
-            except requests.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-
-    @property
-    def auth(self) -> dict[str, str]:
-        return {"Authorization": f"token {TOKEN}"}
+        assert self.process.poll() is None, self.log.read_text()
+        reply = requests.get(f"{self.url}{path}", headers=self.auth, timeout=30)
+        reply.raise_for_status()
+        return reply.json()
 
     def warm(self, state: str = "ready", timeout_s: float = 240) -> dict:
         """The warmer's status once in ``state``."""
@@ -146,15 +112,6 @@ class Server:
         client.start_channels()
         client.wait_for_ready(timeout=120)
         return client
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self._log_file.close()
 
 
 def result(client: BlockingKernelClient, code: str) -> object:
