@@ -83,7 +83,7 @@ class SparkWarmer(LoggingConfigurable):
         config=True,
         help="""Start a Spark driver ahead for the next PySpark kernel, so that `spark` is
         usable within about a second of the kernel's start instead of about ten. It costs one
-        idle driver JVM per server (about 300-400 MB resident with spark.driver.memory=1g), and
+        idle driver JVM per server (about 350-450 MB resident with spark.driver.memory=1g), and
         only servers whose master is local and which offer the PySpark kernel keep one. Set in
         the servers' Jupyter configuration (or their arguments, `c.ScaleLabSpawner.args`:
         `--SparkWarmer.enabled=False`).""",
