@@ -209,7 +209,9 @@ def ops_conf(environ: Mapping[str, str]) -> dict[str, str]:
     return conf
 
 
-def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, str]:
+def session_conf(
+    environ: Mapping[str, str], log_dir: Path | None, log_stem: str | None = None
+) -> dict[str, str]:
     """The kernel session's settings from its environment (I/O: picks a port, writes log4j2).
 
     In order, later ones winning: :func:`~scalelab.kernels.spark_defaults.spark_conf` (master,
@@ -227,6 +229,9 @@ def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, 
         ``JUPYTERHUB_SERVICE_PREFIX``.
     log_dir
         Where the driver's log goes (``spark-driver-<pid>.log``); None: console only.
+    log_stem
+        The log's name without ``.log`` (default ``spark-driver-<pid>``; a warm driver's
+        keeper starts with a hidden name, which it gives the taking kernel's pid).
 
     Raises
     ------
@@ -237,8 +242,9 @@ def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, 
     log4j_file = None
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
-        log_file = log_dir / f"spark-driver-{os.getpid()}.log"
-        props = log_dir / f".spark-driver-{os.getpid()}.log4j2.properties"
+        stem = log_stem or f"spark-driver-{os.getpid()}"
+        log_file = log_dir / f"{stem}.log"
+        props = log_dir / f".{stem.lstrip('.')}.log4j2.properties"
         props.write_text(LOG4J2_TEMPLATE.format(log_file=log_file))
         log4j_file = str(props)
     user = environ.get("JUPYTERHUB_USER") or environ.get("USER") or "notebook"

@@ -147,6 +147,23 @@ def start_driver(conf: dict[str, str]) -> tuple[Any, Any, int, StderrPump]:
     return gateway, gateway.proc, read_end, pump
 
 
+def warm_log_stem() -> str:
+    """The warm driver's log name until a kernel takes it, without ``.log``: hidden, so the
+    server's log pages do not list the log of a driver no kernel uses."""
+    return f".spark-driver-warm-{os.getpid()}"
+
+
+def name_log_after(kernel_pid: int) -> None:
+    """Rename the driver's log to ``spark-driver-<kernel_pid>.log``, the name it would have had
+    had that kernel started it (log4j keeps writing to the same file); nothing if there is
+    none."""
+    folder = log_dir(os.environ)
+    try:
+        os.rename(folder / f"{warm_log_stem()}.log", folder / f"spark-driver-{kernel_pid}.log")
+    except OSError:
+        pass
+
+
 def peer(conn: socket.socket) -> tuple[int, int]:
     """``(pid, uid)`` of the process at the other end of a UNIX socket (``SO_PEERCRED``)."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
@@ -217,6 +234,7 @@ def serve(path: str, offered: dict[str, Any], conf: dict[str, str]) -> int:
         os.unlink(path)
         proc.stdin.close()  # the kernel holds the JVM's stdin now
         os.close(read_end)
+        name_log_after(kernel_pid)
         emit("taken", kernel_pid=kernel_pid, app_id=gateway.scalelab_app_id)
         conn.settimeout(None)
         os.set_inheritable(conn.fileno(), True)
@@ -251,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     offered = spark_warm.identity(os.getcwd(), os.environ)
     environ = dict(os.environ)
     try:
-        conf = session_conf(environ, log_dir(environ))
+        # Hidden (not served) until a kernel takes the driver: then named after that kernel.
+        conf = session_conf(environ, log_dir(environ), log_stem=warm_log_stem())
         if not conf["spark.master"].startswith("local"):
             raise SparkStartError(f"the master is {conf['spark.master']}, not local")
         from scalelab.kernels.spark_session import prepare_driver_environment
