@@ -19,7 +19,18 @@ fresh kernel:
   when ``spark`` is usable for a student who ran something else first;
 - ``spark_first``: the Spark cell is the first cell: ``*_first_spark_median_s``.
 
-The four variants (2 kernels x 2 ways) run in rounds, the order rotated by one each round, one
+A third kind, ``warm``, is ScaleLab's kernel taking a warm driver: before each such run
+(untimed, as a single-user server does ahead of the student's click:
+:mod:`scalelab.hub_ext.server.spark_warm`) the driver's keeper
+(``python -m scalelab.kernels.warm_driver``) is started with the kernel's environment and
+folder and waited for; the run records whether the kernel took it
+(``took_warm``: the keeper's ``taken`` event) and adds the JVM's CPU seconds and peak RSS (not in
+the kernel's process tree) to the kernel's. ``warm_spark_ready_median_s`` is the figure of
+issue 17 (``spark`` usable within 2 s of the kernel's start); ``warm_spark_ready_ratio`` and
+``warm_first_spark_ratio`` compare it with ScaleLab's kernel starting its own driver (below 1:
+the warm driver is sooner), with their paired medians.
+
+The six variants (3 kinds x 2 ways) run in rounds, the order rotated by one each round, one
 kernel at a time; one untimed plain start with Spark warms the page cache first. Just before
 each kernel is shut down, the CPU seconds (user + system) of its process tree (the kernel and
 its JVM) and the sum of their peak RSS (``VmHWM``) are read with psutil: ``*_cpu_median_s``
@@ -30,7 +41,7 @@ Prints one JSON object: the medians above, ``first_cell_ratio``, ``first_spark_r
 ``*_ratio_paired_median`` (the median of each round's ScaleLab / plain, the two runs of a round
 being close in time: steadier on a busy machine), every run (``runs``), and the load average
 at the start and end with the bench's own CPU seconds.
-``--quick`` does 2 rounds (about 2 minutes on 2 busy cores), the default 5 (about 5).
+``--quick`` does 2 rounds (about 4 minutes on 2 busy cores), the default 5 (about 10).
 
 Usage: ``.venv/bin/python bench/kernel_start.py [--quick]`` from the repository root.
 """
@@ -41,8 +52,10 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -50,7 +63,8 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._run_info import RunInfo, tree, tree_cpu_seconds, tree_peak_rss
+from bench._run_info import RunInfo, cpu_seconds, tree, tree_cpu_seconds, tree_peak_rss, vm_hwm
+from scalelab import envvars
 from scalelab.kernels.specs import install_kernelspecs
 from tests.kernelrun import Kernel
 
@@ -58,7 +72,7 @@ MASTER = "local[2]"
 DRIVER_MEMORY = "1g"
 PLAIN = "bench-plain-python"
 SCALELAB = "scalelab-pyspark"
-KERNELS = {"plain": PLAIN, "scalelab": SCALELAB}
+KERNELS = {"plain": PLAIN, "scalelab": SCALELAB, "warm": SCALELAB}
 #: The Spark cell as a student writes it in a plain kernel, and in ScaleLab's (``spark`` given).
 SPARK_CELL = {
     "plain": (
@@ -68,12 +82,15 @@ SPARK_CELL = {
         "spark.range(3).count()"
     ),
     "scalelab": "spark.range(3).count()",
+    "warm": "spark.range(3).count()",
 }
 VARIANTS = [
     ("plain", "cell_first"),
     ("scalelab", "cell_first"),
+    ("warm", "cell_first"),
     ("plain", "spark_first"),
     ("scalelab", "spark_first"),
+    ("warm", "spark_first"),
 ]
 
 
@@ -97,11 +114,51 @@ def kernel_pid(kernel: Kernel) -> int:
     return kernel.km.provisioner.pid
 
 
+class Keeper:
+    """A warm driver's keeper (:mod:`scalelab.kernels.warm_driver`), started and waited for
+    (untimed) as the single-user server starts it: the kernel's environment, in its folder."""
+
+    def __init__(self, env: dict[str, str], cwd: str):
+        self.proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "scalelab.kernels.warm_driver"),
+                *("--socket", env[envvars.SPARK_WARM_SOCKET], "--parent", str(os.getpid())),
+            ],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        line = self.proc.stdout.readline()
+        ready = json.loads(line) if line else {}
+        if ready.get("event") != "ready":
+            raise RuntimeError(f"the warm driver did not start: {ready}")
+        self.jvm = psutil.Process(ready["pid"])
+        self.events: list[dict] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.events.append(json.loads(line))
+
+    def close(self) -> bool:
+        """Whether a kernel took the driver; the keeper is waited for (ended if not taken)."""
+        taken = any(e.get("event") == "taken" for e in self.events)
+        if not taken:
+            self.proc.terminate()
+        self.proc.wait(timeout=60)
+        return taken
+
+
 def one_start(kind: str, way: str, env: dict[str, str], cwd: str) -> dict:
     """One fresh kernel of ``kind`` timed the ``way`` given; the kernel is shut down after."""
     run: dict = {}
+    keeper = Keeper(env, cwd) if kind == "warm" else None
+    kernel_env = env if keeper else {k: v for k, v in env.items() if k != envvars.SPARK_WARM_SOCKET}
     start = time.monotonic()
-    with Kernel(KERNELS[kind], env, cwd=cwd) as kernel:
+    with Kernel(KERNELS[kind], kernel_env, cwd=cwd) as kernel:
         if way == "cell_first":
             reply = kernel.run("6 * 7")
             run["first_cell_s"] = time.monotonic() - start
@@ -114,6 +171,11 @@ def one_start(kind: str, way: str, env: dict[str, str], cwd: str) -> dict:
         run["cpu_s"] = tree_cpu_seconds(pid)
         run["peak_rss_mib"] = tree_peak_rss(pid) / 2**20
         run["processes"] = len(procs)
+        if keeper is not None:
+            run["cpu_s"] += cpu_seconds([keeper.jvm])
+            run["peak_rss_mib"] += vm_hwm(keeper.jvm.pid) / 2**20
+            run["processes"] += 1
+            procs.append(keeper.jvm)
     # The process group was killed; make sure no JVM of this run outlives it into the next.
     _, alive = psutil.wait_procs(procs, timeout=10)
     for proc in alive:
@@ -121,6 +183,8 @@ def one_start(kind: str, way: str, env: dict[str, str], cwd: str) -> dict:
             proc.kill()
         except psutil.NoSuchProcess:
             pass
+    if keeper is not None:
+        run["took_warm"] = keeper.close()
     return run
 
 
@@ -149,6 +213,7 @@ def main() -> None:
             "SCALELAB_SPARK_DRIVER_MEMORY": DRIVER_MEMORY,
             "SCALELAB_GPUS": "",
             "SCALELAB_LOG_DIR": str(Path(tmp) / "logs"),
+            envvars.SPARK_WARM_SOCKET: str(Path(tmp) / "warm.sock"),
         }
         warmup = one_start("plain", "spark_first", env, tmp)
         for i in range(rounds):
@@ -168,15 +233,23 @@ def main() -> None:
         result[f"{kind}_first_cell_median_s"] = figure(kind, "cell_first", "first_cell_s")
         result[f"{kind}_first_spark_median_s"] = figure(kind, "spark_first", "first_spark_s")
         result[f"{kind}_spark_ready_median_s"] = figure(kind, "cell_first", "spark_ready_s")
-    for name, way, key in (
-        ("first_cell", "cell_first", "first_cell_s"),
-        ("first_spark", "spark_first", "first_spark_s"),
-        ("spark_ready", "cell_first", "spark_ready_s"),
+    # ScaleLab's kernel against the plain one ("<name>_ratio"); the kernel taking a warm driver
+    # against ScaleLab's kernel starting its own ("warm_<name>_ratio").
+    for prefix, ours_kind, base_kind, name, way, key in (
+        ("", "scalelab", "plain", "first_cell", "cell_first", "first_cell_s"),
+        ("", "scalelab", "plain", "first_spark", "spark_first", "first_spark_s"),
+        ("", "scalelab", "plain", "spark_ready", "cell_first", "spark_ready_s"),
+        ("warm_", "warm", "scalelab", "first_spark", "spark_first", "first_spark_s"),
+        ("warm_", "warm", "scalelab", "spark_ready", "cell_first", "spark_ready_s"),
     ):
-        ours, plain = figure("scalelab", way, key), figure("plain", way, key)
-        result[f"{name}_ratio"] = round(ours / plain, 3) if ours and plain else None
-        pairs = zip(runs[f"scalelab_{way}"], runs[f"plain_{way}"], strict=True)
-        result[f"{name}_ratio_paired_median"] = median([s[key] / p[key] for s, p in pairs])
+        ours, base = figure(ours_kind, way, key), figure(base_kind, way, key)
+        result[f"{prefix}{name}_ratio"] = round(ours / base, 3) if ours and base else None
+        pairs = zip(runs[f"{ours_kind}_{way}"], runs[f"{base_kind}_{way}"], strict=True)
+        result[f"{prefix}{name}_ratio_paired_median"] = median([o[key] / b[key] for o, b in pairs])
+    result["warm_taken"] = sum(
+        r["took_warm"] for way in ("cell_first", "spark_first") for r in runs[f"warm_{way}"]
+    )
+    result["warm_runs"] = 2 * rounds
     for kind, way in VARIANTS:
         result[f"{kind}_{way}_cpu_median_s"] = figure(kind, way, "cpu_s")
         result[f"{kind}_{way}_peak_rss_median_mib"] = round(figure(kind, way, "peak_rss_mib"), 1)

@@ -209,7 +209,9 @@ def ops_conf(environ: Mapping[str, str]) -> dict[str, str]:
     return conf
 
 
-def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, str]:
+def session_conf(
+    environ: Mapping[str, str], log_dir: Path | None, log_stem: str | None = None
+) -> dict[str, str]:
     """The kernel session's settings from its environment (I/O: picks a port, writes log4j2).
 
     In order, later ones winning: :func:`~scalelab.kernels.spark_defaults.spark_conf` (master,
@@ -227,6 +229,9 @@ def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, 
         ``JUPYTERHUB_SERVICE_PREFIX``.
     log_dir
         Where the driver's log goes (``spark-driver-<pid>.log``); None: console only.
+    log_stem
+        The log's name without ``.log`` (default ``spark-driver-<pid>``; a warm driver's
+        keeper starts with a hidden name, which it gives the taking kernel's pid).
 
     Raises
     ------
@@ -237,8 +242,9 @@ def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, 
     log4j_file = None
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
-        log_file = log_dir / f"spark-driver-{os.getpid()}.log"
-        props = log_dir / f".spark-driver-{os.getpid()}.log4j2.properties"
+        stem = log_stem or f"spark-driver-{os.getpid()}"
+        log_file = log_dir / f"{stem}.log"
+        props = log_dir / f".{stem.lstrip('.')}.log4j2.properties"
         props.write_text(LOG4J2_TEMPLATE.format(log_file=log_file))
         log4j_file = str(props)
     user = environ.get("JUPYTERHUB_USER") or environ.get("USER") or "notebook"
@@ -276,18 +282,16 @@ def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, 
     return conf
 
 
-def build_session(conf: Mapping[str, str]) -> Any:
-    """Create a SparkSession with ``conf`` (blocking: starts the JVM).
-
-    Returns
-    -------
-    pyspark.sql.SparkSession
+def prepare_driver_environment(conf: Mapping[str, str]) -> None:
+    """Set the variables the driver JVM and its Python workers read, in ``os.environ``, as the
+    kernel sets them before its JVM starts (the warm driver's keeper sets the same:
+    :mod:`scalelab.kernels.warm_driver`): ``PYSPARK_PYTHON``/``PYSPARK_DRIVER_PYTHON`` (this
+    interpreter, unless set), ``SPARK_LOCAL_IP`` on a loopback driver, YARN's on ``yarn``.
 
     Raises
     ------
     SparkStartError
-        Whatever PySpark raised when the JVM could not start (Java missing, a bad setting),
-        as ``__cause__``.
+        The master is ``yarn`` and its configuration folder or Spark installation is missing.
     """
     # Executors run Python workers: make them use this kernel's interpreter, not python3 on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -306,6 +310,22 @@ def build_session(conf: Mapping[str, str]) -> Any:
         # spark.driver.bindAddress says: keep it on loopback with the driver, so that it is
         # reached through the student's server (jupyter-server-proxy), not from the network.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def build_session(conf: Mapping[str, str]) -> Any:
+    """Create a SparkSession with ``conf`` (blocking: starts the JVM).
+
+    Returns
+    -------
+    pyspark.sql.SparkSession
+
+    Raises
+    ------
+    SparkStartError
+        Whatever PySpark raised when the JVM could not start (Java missing, a bad setting),
+        as ``__cause__``.
+    """
+    prepare_driver_environment(conf)
     try:
         from pyspark.sql import SparkSession
 
@@ -543,7 +563,12 @@ def silence_harmless_warnings() -> None:
         warnings.filterwarnings("ignore", message=message, category=category)
 
 
-def begin(namespace: MutableMapping[str, Any], shell: Any, log_dir: Path | None) -> str:
+def begin(
+    namespace: MutableMapping[str, Any],
+    shell: Any,
+    log_dir: Path | None,
+    take: Callable[[], Any] | None = None,
+) -> str:
     """Start building ``spark`` in the background; put ``spark``/``sc`` in ``namespace``.
 
     Parameters
@@ -555,6 +580,9 @@ def begin(namespace: MutableMapping[str, Any], shell: Any, log_dir: Path | None)
         swapped for the real session, and a line tells the notebook the Spark UI URL once.
     log_dir
         Folder of the driver's log (see :func:`session_conf`).
+    take
+        Tried first in the background, before a driver of the kernel's own: a session from a
+        driver started ahead, or None (:func:`scalelab.kernels.spark_warm.take_or_none`).
 
     Returns
     -------
@@ -573,7 +601,7 @@ def begin(namespace: MutableMapping[str, Any], shell: Any, log_dir: Path | None)
     follow_logs = log_dir is not None and spark_yarn.is_yarn(conf["spark.master"])
 
     def factory() -> Any:
-        session = build_session(conf)
+        session = (take() if take is not None else None) or build_session(conf)
         if follow_logs:  # the executors' logs, live in the server's log view
             follow_yarn_logs(session, log_dir)
         return session

@@ -83,14 +83,21 @@ def _begin_spark(namespace: MutableMapping[str, Any]) -> str:
     from IPython import get_ipython
 
     from scalelab.common.logfiles import log_dir
-    from scalelab.kernels import spark_errors, spark_interrupt, spark_session, spark_ui_record
+    from scalelab.kernels import (
+        spark_errors,
+        spark_interrupt,
+        spark_session,
+        spark_ui_record,
+        spark_warm,
+    )
 
     shell = get_ipython()
     if shell is not None:
         spark_errors.install(shell, namespace)
         spark_interrupt.install(shell)  # an interrupted cell's jobs are cancelled
         spark_ui_record.install(shell)  # where the Spark UI is, for Course > Spark UI...
-    return spark_session.begin(namespace, shell, log_dir(os.environ))
+    # A driver the server started ahead, when one is ready for this kernel; else its own.
+    return spark_session.begin(namespace, shell, log_dir(os.environ), spark_warm.take_or_none)
 
 
 def start(flavour: str, namespace: MutableMapping[str, Any]) -> None:

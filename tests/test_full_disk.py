@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,13 +28,20 @@ TOKEN = "full-disk-test-token"
 
 class Server:
     """A ``jupyter server`` (the venv's, ScaleLab's extension enabled by its installed config)
-    serving ``home``, with ``HOME`` there as a spawner gives it."""
+    serving ``home``, with ``HOME`` there as a spawner gives it; ``env`` and ``args``: more
+    environment variables and server arguments."""
 
-    def __init__(self, home: Path, runtime_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        runtime_dir: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        args: Sequence[str] = (),
+    ) -> None:
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "HOME": str(home)}
+        env = {**os.environ, **(env or {}), "HOME": str(home)}
         env.pop("JUPYTER_DATA_DIR", None)
         if runtime_dir is not None:
             env["JUPYTER_RUNTIME_DIR"] = str(runtime_dir)
@@ -48,6 +55,7 @@ class Server:
                 f"--IdentityProvider.token={TOKEN}",
                 "--ServerApp.open_browser=False",
                 "--allow-root",
+                *args,
             ],
             env=env,
             stdout=self._log_file,

@@ -67,6 +67,7 @@ CONFIG_CLASSES: tuple[ConfigClass, ...] = (
     ConfigClass("LivySettings", "scalelab.kernels.livy", "hub"),
     ConfigClass("StoreDrive", "scalelab.hub_ext.server.store_drive", "server"),
     ConfigClass("GPUReporter", "scalelab.hub_ext.server.gpu_report", "server"),
+    ConfigClass("SparkWarmer", "scalelab.hub_ext.server.spark_warm", "server"),
     ConfigClass("DeclaredReadings", "scalelab.common.gpu_source", "server"),
 )
 
