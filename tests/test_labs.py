@@ -18,21 +18,35 @@ from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
 NOTEBOOKS = REPO / "notebooks"
 
 
+def _run(
+    name: str, tmp_path: Path, env: dict[str, str], results: tuple[str, ...], **options
+) -> tuple[dict, list[int], list[str], list[tuple[str, list[dict]]]]:
+    """Lab ``name``'s student and reference versions in one kernel (``run_student_and_reference``):
+    the named results, the stub cells hit, every cell's visible text and ``(source, outputs)``."""
+    shown: list[str] = []
+    executed: list[tuple[str, list[dict]]] = []
+    values, stubs = run_student_and_reference(
+        NOTEBOOKS / name,
+        NOTEBOOKS / "release" / name,
+        workdir=tmp_path,
+        env=env,
+        shown=shown,
+        executed=executed,
+        results=results,
+        **options,
+    )
+    return values, stubs, shown, executed
+
+
 @pytest.mark.lab
 def test_lab1_student_and_reference_versions_run_on_the_real_subset(
     tmp_path: Path, kernel_environment
 ):
-    name = "lab1_millionsong_regression.ipynb"
-    shown: list[str] = []
-    executed: list[tuple[str, list[dict]]] = []
-    results, stubs = run_student_and_reference(
-        NOTEBOOKS / name,
-        NOTEBOOKS / "release" / name,
-        workdir=tmp_path,
-        env=kernel_environment,
-        shown=shown,
-        executed=executed,
-        results=(
+    results, stubs, shown, executed = _run(
+        "lab1_millionsong_regression.ipynb",
+        tmp_path,
+        kernel_environment,
+        (
             "num_points", "num_features", "f03_sum", "min_year", "rmse_baseline", "rmse_lr",
             "r2_lr", "gd_rel_error", "gd_iterations", "rmse_tuned", "r2_tuned", "best_degree",
         ),
@@ -111,17 +125,11 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 def test_lab2_student_and_reference_versions_in_cpu_smoke_mode_reach_88_percent(
     tmp_path: Path, kernel_environment
 ):
-    name = "lab2_fashion_mnist_convnet.ipynb"
-    shown: list[str] = []
-    executed: list[tuple[str, list[dict]]] = []
-    results, stubs = run_student_and_reference(
-        NOTEBOOKS / name,
-        NOTEBOOKS / "release" / name,
-        workdir=tmp_path,
-        env=kernel_environment,
-        shown=shown,
-        executed=executed,
-        results=(
+    results, stubs, shown, executed = _run(
+        "lab2_fashion_mnist_convnet.ipynb",
+        tmp_path,
+        kernel_environment,
+        (
             "EPOCHS", "TORCH_EPOCHS", "test_accuracy", "torch_test_accuracy", "most_confused",
             "mode", "challenge_accuracy", "challenge_train_s", "TFRECORDS",
         ),
@@ -162,22 +170,16 @@ LAB3_SCREENSHOT = REPO / "docs" / "screenshot-lab3-scaling.png"
 def test_lab3_student_and_reference_versions_train_on_1_2_and_4_workers_and_search(
     tmp_path: Path, kernel_environment
 ):
-    name = "lab3_distributed_training.ipynb"
-    shown: list[str] = []
-    executed: list[tuple[str, list[dict]]] = []
     reference = tmp_path / "lab3-executed.ipynb"
-    results, stubs = run_student_and_reference(
-        NOTEBOOKS / name,
-        NOTEBOOKS / "release" / name,
-        workdir=tmp_path,
-        env=kernel_environment,
-        shown=shown,
-        executed=executed,
-        reference_out=reference,
-        results=(
+    results, stubs, shown, executed = _run(
+        "lab3_distributed_training.ipynb",
+        tmp_path,
+        kernel_environment,
+        (
             "WORKERS", "SLOTS", "TRAIN_IMAGES", "EPOCHS", "GLOBAL_BATCH", "results", "speedup",
             "best_params", "best_loss", "search_file", "SEARCH_TRIALS",
         ),
+        reference_out=reference,
     )  # fmt: skip
     # Exercises 1, 3 and 5 stopped at their stubs; exercise 2's only defines a function.
     assert len(stubs) >= 3, stubs
