@@ -1,8 +1,10 @@
-"""Benchmark: Lab 2's Run All, as a student's kernel runs it, at the notebook's own defaults.
+"""Benchmark: Lab 2's (or Lab 3's) Run All, as a student's kernel runs it, at the notebook's
+own defaults.
 
-Executes the instructor (reference) version ``notebooks/lab2_fashion_mnist_convnet.ipynb`` cell
-after cell through ScaleLab's TensorFlow kernel with nbclient, as JupyterLab's Run All would,
-with no parameter overridden: the notebook chooses its defaults by device (no GPU here:
+Executes the instructor (reference) version ``notebooks/lab2_fashion_mnist_convnet.ipynb``
+(``--lab 3``: ``notebooks/lab3_distributed_training.ipynb``) cell after cell through its ScaleLab
+kernel (TensorFlow; Lab 3: PySpark, Spark ``local[*]``) with nbclient, as JupyterLab's Run All
+would, with no parameter overridden: the notebook chooses its defaults by device (no GPU here:
 ``SCALELAB_GPUS=""`` and ``CUDA_VISIBLE_DEVICES=""``, the CPU profile). The kernel's environment
 is the one the tests give kernels (``kernel_environment`` in tests/conftest.py): a course store
 in a temporary folder with both data sets fetched from the shared mirror
@@ -16,14 +18,17 @@ Prints one JSON object:
 - ``kernel_cpu_s``: CPU seconds (user + system) of the kernel's process tree over the run;
 - ``slowest_cells``: the five slowest cells (``cell``: its id, ``s``: seconds, ``first_line``);
 - ``parameters``: ``EPOCHS``, ``TORCH_EPOCHS``, ``mode`` (the challenge's), ``test_accuracy``,
-  ``torch_test_accuracy``, ``challenge_accuracy`` as the run chose and reached them;
+  ``torch_test_accuracy``, ``challenge_accuracy`` as the run chose and reached them (Lab 3:
+  ``WORKERS``, ``SLOTS``, ``TRAIN_IMAGES``, ``EPOCHS``, ``speedup``, and per number of workers
+  ``samples_per_s``, ``test_accuracy``, ``where`` the ranks ran and ``job_s``);
 - ``stderr_outputs``: the start of each stderr output of any cell (none in a clean run),
   ``progress_widgets``: the number of progress-bar widgets shown;
 - the load average at the start and end and the bench's own wall and CPU seconds
   (:class:`bench._run_info.RunInfo`).
 
-Usage: ``.venv/bin/python bench/lab2_run_all.py`` from the repository root (about 8 minutes on
-two cores).
+Usage: ``.venv/bin/python bench/lab2_run_all.py [--lab 3] [--executed FILE]`` from the
+repository root (Lab 2: about 8 minutes on two cores; Lab 3: about 3). ``--executed`` writes the
+executed notebook there.
 """
 
 from __future__ import annotations
@@ -47,12 +52,19 @@ from scalelab.kernels.specs import install_kernelspecs
 from scalelab.store import DATASETS, fetch_dataset, open_store
 
 REPO = Path(__file__).resolve().parents[1]
-LAB = REPO / "notebooks" / "lab2_fashion_mnist_convnet.ipynb"
+LABS = {
+    "2": REPO / "notebooks" / "lab2_fashion_mnist_convnet.ipynb",
+    "3": REPO / "notebooks" / "lab3_distributed_training.ipynb",
+}
 SHARED_DATA = REPO.parent / "shared" / "data"
 WIDGET = "application/vnd.jupyter.widget-view+json"
-RESULTS = (
-    "EPOCHS", "TORCH_EPOCHS", "mode", "test_accuracy", "torch_test_accuracy", "challenge_accuracy",
-)  # fmt: skip
+RESULTS = {
+    "2": (
+        "EPOCHS", "TORCH_EPOCHS", "mode", "test_accuracy", "torch_test_accuracy",
+        "challenge_accuracy",
+    ),
+    "3": ("WORKERS", "SLOTS", "TRAIN_IMAGES", "EPOCHS", "speedup", "results"),
+}  # fmt: skip
 
 
 def kernel_env(workdir: Path, mirror: Path) -> tuple[dict[str, str], float]:
@@ -87,13 +99,15 @@ def _seconds(cell: nbformat.NotebookNode) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=SHARED_DATA, help="the data sets' mirror")
+    parser.add_argument("--lab", choices=sorted(LABS), default="2", help="which lab")
+    parser.add_argument("--executed", type=Path, help="write the executed notebook there")
     args = parser.parse_args()
     info = RunInfo()
-    with tempfile.TemporaryDirectory(prefix="lab2-run-all-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"lab{args.lab}-run-all-") as tmp:
         workdir = Path(tmp)
         env, store_s = kernel_env(workdir, args.data)
-        nb = nbformat.read(LAB, as_version=4)
-        names = ", ".join(f"{n!r}: {n}" for n in RESULTS)
+        nb = nbformat.read(LABS[args.lab], as_version=4)
+        names = ", ".join(f"{n!r}: {n}" for n in RESULTS[args.lab])
         nb.cells.append(nbformat.v4.new_code_cell(f"import json; print(json.dumps({{{names}}}))"))
         client = NotebookClient(
             nb,
@@ -121,6 +135,7 @@ def main() -> None:
     print(
         json.dumps(
             {
+                "lab": int(args.lab),
                 "run_all_s": round(run_all_s, 1),
                 "kernel_cpu_s": round(kernel_cpu_s, 1),
                 "kernel_start_s": round(kernel_start_s, 1),
@@ -136,6 +151,10 @@ def main() -> None:
             }
         )
     )
+
+    if args.executed is not None:
+        nb.cells.pop()  # the results cell the bench added
+        nbformat.write(nb, args.executed)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import collections
 import importlib.abc
 import itertools
 import json
+import logging
 import re
 import sys
 import threading
@@ -93,9 +94,30 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+#: The logger pyspark's ``TorchDistributor`` writes its INFO lines to ("Started distributed
+#: training with 2 executor processes", "Finished local training with 4 processes"), on stderr.
+DISTRIBUTOR_LOGGER = "TorchDistributor"
+
+
+class InfoAsOutput(logging.Filter):
+    """Shows a logger's INFO (and lower) records as normal output, one line on stdout, instead
+    of a red stderr box under the cell; warnings and errors pass on to stderr unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO:
+            return True
+        print(record.getMessage(), flush=True)
+        return False
+
+
 def install() -> None:
     """Make pyspark's ``TorchDistributor`` log server keep what it prints (see the module's
-    doc), now if its module is imported, else when it is."""
+    doc), now if its module is imported, else when it is; and show TorchDistributor's own INFO
+    lines as normal output (:class:`InfoAsOutput`: pyspark sets that logger's level to INFO at
+    each ``TorchDistributor``, so a filter, not a level)."""
+    logger = logging.getLogger(DISTRIBUTOR_LOGGER)
+    if not any(isinstance(f, InfoAsOutput) for f in logger.filters):
+        logger.addFilter(InfoAsOutput())
     module = sys.modules.get(LOG_MODULE)
     if module is not None:
         patch(module)

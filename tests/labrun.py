@@ -78,6 +78,7 @@ def run_student_and_reference(
     timeout_s: int = 1200,
     shown: list[str] | None = None,
     executed: list[tuple[str, list[dict]]] | None = None,
+    reference_out: Path | None = None,
 ) -> tuple[dict, list[int]]:
     """Execute a lab's student version and its instructor (reference) version in one kernel.
 
@@ -92,7 +93,10 @@ def run_student_and_reference(
     Returns the named results (evaluated after the last cell) and the indices of the stub cells
     that raised ``NotImplementedError``. ``shown``, when given, gets every executed cell's
     visible text: its streams and the ``text/plain`` of its results and displays;
-    ``executed`` gets ``(source, outputs)`` of every executed cell, in order.
+    ``executed`` gets ``(source, outputs)`` of every executed cell, in order;
+    ``reference_out``, when given, is where the executed reference notebook is written (each
+    code cell with the outputs of its reference run, or of its one run where the two are the
+    same), e.g. for nbconvert.
 
     The kernel gets ``env`` less pytest's ``PYTEST_CURRENT_TEST``: with it, ipykernel leaves
     file descriptors 1 and 2 alone, and what native code (TensorFlow, the JVM) writes there
@@ -115,8 +119,13 @@ def run_student_and_reference(
         f"import json as _j; print({RESULT_MARK!r} + _j.dumps({{{names}}}))"
     )
     pairs.append((last, last))
+    # The client's own notebook holds, at index i, the cell of pair i being executed: nbclient
+    # writes each executed cell back at its index and finds there the cell whose display an
+    # ``update_display_data`` (a display handle's update, e.g. a live table) changes.
+    scratch = nbformat.v4.new_notebook(metadata=ref.metadata)
+    scratch.cells = [s for s, _r in pairs]
     client = NotebookClient(
-        stu,
+        scratch,
         kernel_name=ref.metadata.kernelspec.name,
         timeout=timeout_s,
         startup_timeout=180,
@@ -136,7 +145,14 @@ def run_student_and_reference(
                 assert STUB in s.source, f"student cell {i} failed:\n{s.source}\n{exc}"
                 assert exc.ename == "NotImplementedError", f"student cell {i}: {exc}"
                 stubs_hit.append(i)
+            scratch.cells[i] = r
             client.execute_cell(r, i)
+    if reference_out is not None:
+        ran = iter(r if s.source != r.source else s for s, r in pairs if s is not r)
+        for cell in ref.cells:
+            if cell.cell_type == "code":
+                cell.outputs = next(ran).get("outputs", [])
+        nbformat.write(ref, reference_out)
     for s, r in pairs:
         for cell in (s,) if s is r else (s, r):
             if shown is not None:

@@ -1,6 +1,6 @@
 """A student in a real browser: Debian's Chromium, driven by Playwright, through login -> spawn
 form (profiles with free-GPU counts, from a declared inventory of two fake GPUs) -> JupyterLab
-showing ScaleLab's three kernels and the two labs. Saves the README's screenshots."""
+showing ScaleLab's three kernels and the three labs. Saves the README's screenshots."""
 
 from __future__ import annotations
 
@@ -72,6 +72,7 @@ def test_student_logs_in_and_sees_the_three_kernels_and_the_labs(hub: ScaleLabUp
             listing = page.locator(".jp-DirListing-content")
             expect(listing).to_contain_text("lab1_millionsong_regression.ipynb", timeout=60_000)
             expect(listing).to_contain_text("lab2_fashion_mnist_convnet.ipynb")
+            expect(listing).to_contain_text("lab3_distributed_training.ipynb")
 
             # ScaleLab's JupyterLab overrides switch the "Jupyter news" prompt off for students.
             expect(page.get_by_text("official Jupyter news")).to_have_count(0)

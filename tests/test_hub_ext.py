@@ -143,12 +143,16 @@ def test_busy_port_is_reported_with_the_fix():
 
 def test_labs_are_copied_once_and_a_student_copy_is_never_touched(tmp_path: Path):
     labs = bundled_labs()
-    assert set(labs) == {"lab1_millionsong_regression.ipynb", "lab2_fashion_mnist_convnet.ipynb"}
+    assert set(labs) == {
+        "lab1_millionsong_regression.ipynb",
+        "lab2_fashion_mnist_convnet.ipynb",
+        "lab3_distributed_training.ipynb",
+    }
     (tmp_path / "lab1_millionsong_regression.ipynb").write_text("my own work")
     beside = "lab1_millionsong_regression (v2).ipynb"  # the release, beside the student's file
     report = sync_labs(tmp_path)
     assert (report.copied, report.updated, report.beside) == (
-        ["lab2_fashion_mnist_convnet.ipynb"],
+        ["lab2_fashion_mnist_convnet.ipynb", "lab3_distributed_training.ipynb"],
         [],
         [beside],
     )

@@ -12,7 +12,11 @@ import pytest
 from scalelab.kernels.specs import KERNEL_NAMES
 from tests.hubproc import ScaleLabUp, execute
 
-LABS = {"lab1_millionsong_regression.ipynb", "lab2_fashion_mnist_convnet.ipynb"}
+LABS = {
+    "lab1_millionsong_regression.ipynb",
+    "lab2_fashion_mnist_convnet.ipynb",
+    "lab3_distributed_training.ipynb",
+}
 
 
 @pytest.fixture

@@ -198,7 +198,11 @@ def test_a_full_disk_mid_sync_leaves_every_file_old_or_new(small_tmpfs: Path):
 
 def test_the_bundled_labs_are_the_released_student_versions():
     labs = bundled_labs()
-    assert set(labs) == {"lab1_millionsong_regression.ipynb", "lab2_fashion_mnist_convnet.ipynb"}
+    assert set(labs) == {
+        "lab1_millionsong_regression.ipynb",
+        "lab2_fashion_mnist_convnet.ipynb",
+        "lab3_distributed_training.ipynb",
+    }
     assert all(b"### BEGIN" not in content for content in labs.values())
 
 

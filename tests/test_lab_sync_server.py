@@ -13,7 +13,11 @@ import requests
 from scalelab.hub_ext.labs.sync import bundled_labs
 from tests.hubproc import ScaleLabUp, running
 
-LAB1, LAB2 = "lab1_millionsong_regression.ipynb", "lab2_fashion_mnist_convnet.ipynb"
+LAB1, LAB2, LAB3 = (
+    "lab1_millionsong_regression.ipynb",
+    "lab2_fashion_mnist_convnet.ipynb",
+    "lab3_distributed_training.ipynb",
+)
 
 
 def _request(hub: ScaleLabUp, method: str, path: str) -> requests.Response:
@@ -60,9 +64,10 @@ def test_server_start_and_the_get_new_labs_button_deliver_without_overwriting(tm
         assert response.status_code == 200, response.text
         report = response.json()
         beside = "lab1_millionsong_regression (v2).ipynb"
-        assert report["beside"] == [beside] and report["updated"] == [LAB2]
+        assert report["beside"] == [beside] and report["updated"] == [LAB2, LAB3]
         assert (home / LAB1).read_bytes() == edited
         assert (home / LAB2).read_bytes() == current[LAB2]
+        assert (home / LAB3).read_bytes() == current[LAB3]
         assert any(beside in message for message in report["messages"])
 
         # The button again (the page's form): nothing new, said so.

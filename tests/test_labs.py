@@ -1,34 +1,52 @@
-"""Both labs, student and reference versions, executed headless through ScaleLab's kernels on
-the real data (Lab 2 at its CPU defaults: no parameter overridden)."""
+"""The labs, student and reference versions, executed headless through ScaleLab's kernels on
+the real data (Labs 2 and 3 at their CPU defaults: no parameter overridden)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import nbformat
 import pytest
+from nbconvert import HTMLExporter
+from playwright.sync_api import expect, sync_playwright
 
 from tests.conftest import REPO
 from tests.labrun import run_student_and_reference
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
 
 NOTEBOOKS = REPO / "notebooks"
+
+
+def _run(
+    name: str, tmp_path: Path, env: dict[str, str], results: tuple[str, ...], **options
+) -> tuple[dict, list[int], list[str], list[tuple[str, list[dict]]]]:
+    """Lab ``name``'s student and reference versions in one kernel (``run_student_and_reference``):
+    the named results, the stub cells hit, every cell's visible text and ``(source, outputs)``."""
+    shown: list[str] = []
+    executed: list[tuple[str, list[dict]]] = []
+    values, stubs = run_student_and_reference(
+        NOTEBOOKS / name,
+        NOTEBOOKS / "release" / name,
+        workdir=tmp_path,
+        env=env,
+        shown=shown,
+        executed=executed,
+        results=results,
+        **options,
+    )
+    return values, stubs, shown, executed
 
 
 @pytest.mark.lab
 def test_lab1_student_and_reference_versions_run_on_the_real_subset(
     tmp_path: Path, kernel_environment
 ):
-    name = "lab1_millionsong_regression.ipynb"
-    shown: list[str] = []
-    executed: list[tuple[str, list[dict]]] = []
-    results, stubs = run_student_and_reference(
-        NOTEBOOKS / name,
-        NOTEBOOKS / "release" / name,
-        workdir=tmp_path,
-        env=kernel_environment,
-        shown=shown,
-        executed=executed,
-        results=(
+    results, stubs, shown, executed = _run(
+        "lab1_millionsong_regression.ipynb",
+        tmp_path,
+        kernel_environment,
+        (
             "num_points", "num_features", "f03_sum", "min_year", "rmse_baseline", "rmse_lr",
             "r2_lr", "gd_rel_error", "gd_iterations", "rmse_tuned", "r2_tuned", "best_degree",
         ),
@@ -107,17 +125,11 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 def test_lab2_student_and_reference_versions_in_cpu_smoke_mode_reach_88_percent(
     tmp_path: Path, kernel_environment
 ):
-    name = "lab2_fashion_mnist_convnet.ipynb"
-    shown: list[str] = []
-    executed: list[tuple[str, list[dict]]] = []
-    results, stubs = run_student_and_reference(
-        NOTEBOOKS / name,
-        NOTEBOOKS / "release" / name,
-        workdir=tmp_path,
-        env=kernel_environment,
-        shown=shown,
-        executed=executed,
-        results=(
+    results, stubs, shown, executed = _run(
+        "lab2_fashion_mnist_convnet.ipynb",
+        tmp_path,
+        kernel_environment,
+        (
             "EPOCHS", "TORCH_EPOCHS", "test_accuracy", "torch_test_accuracy", "most_confused",
             "mode", "challenge_accuracy", "challenge_train_s", "TFRECORDS",
         ),
@@ -146,3 +158,84 @@ def test_lab2_student_and_reference_versions_in_cpu_smoke_mode_reach_88_percent(
     assert KERAS_BAR.search(ANSI.sub("", fit)), fit[-2000:]
     widgets = [out for out in outputs if WIDGET in out.get("data", {})]
     assert len(widgets) >= 3, [o.get("data", {}).get("text/plain") for o in outputs]
+
+
+#: The README's picture of Lab 3's scaling plot (the executed reference, in nbconvert's HTML).
+LAB3_SCREENSHOT = REPO / "docs" / "screenshot-lab3-scaling.png"
+
+
+@pytest.mark.lab
+@pytest.mark.browser
+@pytest.mark.timeout(1500)  # about 3 minutes on two CPU cores (12 when the machine is crowded)
+def test_lab3_student_and_reference_versions_train_on_1_2_and_4_workers_and_search(
+    tmp_path: Path, kernel_environment
+):
+    reference = tmp_path / "lab3-executed.ipynb"
+    results, stubs, shown, executed = _run(
+        "lab3_distributed_training.ipynb",
+        tmp_path,
+        kernel_environment,
+        (
+            "WORKERS", "SLOTS", "TRAIN_IMAGES", "EPOCHS", "GLOBAL_BATCH", "results", "speedup",
+            "best_params", "best_loss", "search_file", "SEARCH_TRIALS",
+        ),
+        reference_out=reference,
+    )  # fmt: skip
+    # Exercises 1, 3 and 5 stopped at their stubs; exercise 2's only defines a function.
+    assert len(stubs) >= 3, stubs
+    # The CPU defaults, on the kernel's local[2] session: 2 task slots.
+    assert (results["WORKERS"], results["SLOTS"]) == ([1, 2, 4], 2)
+    runs = results["results"]
+    assert [r["workers"] for r in runs] == [1, 2, 4]
+    # 1 and 2 ranks as tasks of Spark barrier stages; 4 (more than the slots) by torchrun on the
+    # driver (local_mode=True).
+    assert [r["where"] for r in runs] == ["Spark tasks", "Spark tasks", "driver (local_mode)"]
+    for r in runs:
+        # Every image once per epoch across the ranks, each rank its share of the global batch.
+        assert r["samples"] == results["EPOCHS"] * results["TRAIN_IMAGES"], r
+        assert r["per_rank_batch"] == results["GLOBAL_BATCH"] // r["workers"], r
+        assert r["samples_per_s"] > 0 and r["test_accuracy"] > 0.75, r
+        # Rank 0's weights went into the student's home; the accuracy is theirs.
+        assert r["checkpoint"].startswith("home/") and "/checkpoints/" in r["checkpoint"], r
+    # The same steps on the same images: the accuracy is equal within noise.
+    accuracies = [r["test_accuracy"] for r in runs]
+    assert max(accuracies) - min(accuracies) < 0.05, accuracies
+    assert results["speedup"][0] == 1.0 and len(results["speedup"]) == 3
+    # The search: its trials ran as Spark tasks, the best saved in the student's home.
+    assert 1e-4 <= results["best_params"]["lr"] <= 1e-2
+    assert results["best_params"]["batch"] in (32, 64, 128)
+    assert 0 < results["best_loss"] < 2.3  # better than guessing among 10 classes (ln 10)
+    assert results["search_file"].startswith("home/") and "/searches/" in results["search_file"]
+    _reads_cleanly(shown)
+    _writes_nothing_to_stderr(executed)
+    # Every rank's epoch reached the notebook's live table (TrainingProgress), for 4 ranks too.
+    tables = [
+        str(out["data"]["text/plain"]) for source, outputs in executed if "run(workers)" in source
+        for out in outputs if out.get("output_type") == "display_data"
+        and str(out.get("data", {}).get("text/plain", "")).lstrip().startswith("epoch")
+    ]  # fmt: skip
+    ranks_shown = {tuple(line.split()[1] for line in t.splitlines()[1:]) for t in tables}
+    assert {("0",), ("0", "1"), ("0", "1", "2", "3")} <= ranks_shown, tables
+    _screenshot_the_scaling_plot(reference, tmp_path)
+
+
+def _screenshot_the_scaling_plot(executed: Path, tmp_path: Path) -> None:
+    """The executed lab in nbconvert's HTML, in Chromium: the scaling plot is drawn (an image
+    that loaded); saves its picture for the README."""
+    html, _resources = HTMLExporter().from_notebook_node(nbformat.read(executed, as_version=4))
+    page_file = tmp_path / "lab3.html"
+    page_file.write_text(html)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(page_file.as_uri())
+            plots = page.locator(".jp-OutputArea-output img")
+            expect(plots).to_have_count(1)  # the lab's one figure
+            plot = plots.first
+            assert plot.evaluate("(img) => img.complete && img.naturalWidth") > 500
+            output = page.locator(".jp-OutputArea-output", has=page.locator("img"))
+            output.scroll_into_view_if_needed()
+            output.screenshot(path=str(LAB3_SCREENSHOT))
+        finally:
+            browser.close()

@@ -24,10 +24,11 @@ def test_ruff_passes():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_there_are_two_labs():
+def test_there_are_three_labs():
     assert [p.name for p in NOTEBOOKS] == [
         "lab1_millionsong_regression.ipynb",
         "lab2_fashion_mnist_convnet.ipynb",
+        "lab3_distributed_training.ipynb",
     ]
 
 

@@ -231,3 +231,24 @@ def test_pyspark_log_servers_lines_are_kept_once_its_module_is_imported():
     assert out.stdout.strip().splitlines()[-1] == (
         "[['[rank1]: Traceback (most recent call last):', '[rank1]: ValueError: boom']]"
     )
+
+
+#: In a fresh interpreter, as in a kernel: TorchDistributor's own logger, made by pyspark.
+DISTRIBUTOR_LINES = """
+from scalelab.kernels import torch_ranks
+torch_ranks.install()
+from pyspark.ml.torch.distributor import _get_logger
+logger = _get_logger("TorchDistributor")  # level INFO, a stderr handler: pyspark's own set-up
+logger.info("Started distributed training with 2 executor processes")
+logger.warning("something to look at")
+"""
+
+
+def test_torch_distributors_info_lines_are_normal_output_and_its_warnings_stay_on_stderr():
+    out = subprocess.run(
+        [sys.executable, "-c", DISTRIBUTOR_LINES],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert out.stdout.splitlines() == ["Started distributed training with 2 executor processes"]
+    assert "Started" not in out.stderr
+    assert "something to look at" in out.stderr
