@@ -204,7 +204,7 @@ def test_scalelab_doctor_checks_yarn_through_the_spawners_hadoop_conf_dir(
         check=False,
     )
     web = hdfs_cluster.yarn["webapp"]
-    line = f"[ ok ] YARN ResourceManager: {web}: 2 NodeManager(s), 5120 MB and 4 vcores in all"
+    line = f"[ ok ] YARN ResourceManager: {web}: 2 NodeManager(s), 8192 MB and 4 vcores in all"
     assert line in result.stdout, result.stdout + result.stderr
 
 
