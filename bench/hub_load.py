@@ -107,6 +107,7 @@ class BareHub(PlainHub):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = os.urandom(16).hex()
+        self.password = os.urandom(12).hex()  # PlainHub.start exports it; the bare hub ignores it
         (state / "homes").mkdir(parents=True)
         self.config = state / "jupyterhub_config.py"
         self.config.write_text(
