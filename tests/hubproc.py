@@ -114,9 +114,18 @@ class ScaleLabUp:
         self._lines.put(None)
 
     def descendants(self) -> list[psutil.Process]:
-        """Every process ``scalelab up`` started, directly or not (hub, proxy, servers, kernels)."""
+        """Every live process ``scalelab up`` started, directly or not (hub, proxy, servers,
+        kernels, warm Spark drivers); one that has just ended (a zombie until its parent reaps
+        it, whose command line can no longer be read) is left out."""
         assert self.proc is not None
-        return psutil.Process(self.proc.pid).children(recursive=True)
+        live = []
+        for proc in psutil.Process(self.proc.pid).children(recursive=True):
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    live.append(proc)
+            except psutil.NoSuchProcess:
+                pass
+        return live
 
     def interrupt(self, timeout_s: float = 240) -> int:
         """Ctrl-C: SIGINT to ``scalelab up``; returns its exit status."""
