@@ -248,6 +248,26 @@ def serve(path: str, offered: dict[str, Any], conf: dict[str, str]) -> int:
             os.unlink(path)
 
 
+def end_with_driver(*_: Any) -> None:
+    """SIGTERM (the server's stop, or its death through ``PR_SET_PDEATHSIG``): end the driver
+    this keeper started, then exit.
+
+    A JVM whose stdin closes exits (PySpark's rule), but only once its gateway is up: a keeper
+    ended while the JVM still starts would leave it running for ever, with its py4j server and
+    no one to connect (seen: ``scalelab up`` killed right after a server started). The keeper
+    leads a process group of its own (the server starts it in a new session), which the JVM
+    and the JVM's Python workers joined: SIGTERM goes to the group, this process ignoring it.
+    Not after a kernel took the driver: the keeper has exec'd into its waiter by then, and the
+    JVM ends with that kernel."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if os.getpgrp() == os.getpid():  # never the group of whoever started a keeper by hand
+        try:
+            os.killpg(0, signal.SIGTERM)
+        except OSError:
+            pass
+    sys.exit(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; see the module docstring."""
     parser = argparse.ArgumentParser(description="ScaleLab's warm Spark driver (keeper)")
@@ -257,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     set_parent_death_signal(signal.SIGTERM)
     if os.getppid() != args.parent:  # the server died before the signal was set
         return 1
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGTERM, end_with_driver)
     from scalelab.kernels.spark_session import (
         SparkStartError,
         session_conf,
