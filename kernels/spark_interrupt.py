@@ -23,6 +23,8 @@ import sys
 import threading
 from typing import Any
 
+from scalelab.common.exc_chain import first_in_chain
+
 #: Seconds to wait for Spark to take the cancellation before the cell's prompt comes back.
 CANCEL_WAIT_S = 10.0
 
@@ -70,13 +72,7 @@ def interrupt_in(error: BaseException | None) -> KeyboardInterrupt | None:
     raises ``Py4JNetworkError``, whose ``__context__`` is the interrupt. The student
     interrupted; the driver is fine.
     """
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, KeyboardInterrupt):
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return None
+    return first_in_chain(error, KeyboardInterrupt)
 
 
 class _Py4JInterruptLine(logging.Filter):

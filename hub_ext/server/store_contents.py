@@ -41,6 +41,7 @@ from jupyterfs.metamanager import MetaManager
 from tornado.web import HTTPError
 
 from scalelab.common.diskspace import disk_full_error, full_disk_message
+from scalelab.common.exc_chain import first_in_chain
 from scalelab.hub_ext.server.store_folder import (
     DEFAULT_FOLDER,
     api_model,
@@ -61,14 +62,7 @@ STORE_URL = f"{PROTOCOL}:///"
 def _in_chain(exc: BaseException, kind: type[BaseException]) -> Any:
     """The first exception of type ``kind`` among ``exc`` and those it was raised from or while
     handling (``__cause__`` / ``__context__``); else None."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, kind):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
+    return first_in_chain(exc, kind)
 
 
 def store_refusal(exc: BaseException) -> StoreAccessError | None:
