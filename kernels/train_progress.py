@@ -33,6 +33,7 @@ import html
 import json
 import os
 import secrets
+import select
 import socket
 import socketserver
 import sys
@@ -43,6 +44,9 @@ from typing import Any
 
 #: Longest report line accepted (bytes).
 MAX_LINE = 64 * 1024
+#: Longest wait (seconds) on leaving the ``with`` block for reports still in flight: connections
+#: not yet accepted or still being read (a rank that has ended has closed its connection).
+DRAIN_S = 10.0
 
 
 def _rank() -> int:
@@ -93,6 +97,12 @@ class Reporter:
                 file=sys.stderr,
             )
 
+    def close(self) -> None:
+        """Close this process's connection (a rank's closes when its process ends)."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
 
 def _number(value: Any) -> str:
     if isinstance(value, float):
@@ -132,7 +142,9 @@ class TrainingProgress:
         ``spark.driver.host``, else 127.0.0.1. The server listens on every interface.
 
     Use it as a context manager (``with TrainingProgress() as progress:``): entering shows the
-    table and starts the server; leaving stops it (the table stays). ``rows`` holds every row
+    table and starts the server; leaving without an exception first waits (at most
+    :data:`DRAIN_S` seconds) until every connection is read to its end, so that the ranks' last
+    lines are in the table, then stops the server (the table stays). ``rows`` holds every row
     received, in order.
     """
 
@@ -144,12 +156,17 @@ class TrainingProgress:
         self._started = time.monotonic()
         self._server: socketserver.ThreadingTCPServer | None = None
         self._handle: Any = None
+        self._reading = 0  # connections accepted and not yet read to their end
+        self._counting = threading.Lock()  # guards _reading and the accepting of connections
+        self._given: list[Reporter] = []  # this process's reporters (ranks get copies)
 
     def reporter(self) -> Reporter:
         """What to pass to the training function (the server must be running)."""
         if self._server is None:
             raise RuntimeError("start the progress server first: `with TrainingProgress() as p:`")
-        return Reporter(self.host, self._server.server_address[1], self.token)
+        reporter = Reporter(self.host, self._server.server_address[1], self.token)
+        self._given.append(reporter)
+        return reporter
 
     def add(self, line: Mapping[str, Any]) -> None:
         """Take one report (a decoded line) and update the table; wrong tokens are ignored."""
@@ -182,6 +199,17 @@ class TrainingProgress:
             daemon_threads = True
             allow_reuse_address = True
 
+            def get_request(self) -> Any:
+                with progress._counting:  # accepted and counted at once, as _drain sees them
+                    accepted = super().get_request()
+                    progress._reading += 1
+                    return accepted
+
+            def shutdown_request(self, request: Any) -> None:
+                super().shutdown_request(request)
+                with progress._counting:
+                    progress._reading -= 1
+
         self._server = Server(("0.0.0.0", 0), Handler)
         threading.Thread(
             target=self._server.serve_forever, name="scalelab-progress", daemon=True
@@ -194,12 +222,30 @@ class TrainingProgress:
             self._handle = None
         return self
 
-    def __exit__(self, *_exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_exc: object) -> None:
         if self._server is not None:
-            time.sleep(0.2)  # the last lines in flight
+            for reporter in self._given:  # one used in the kernel itself ends its connection
+                reporter.close()
+            if exc_type is None:  # the job ended: its ranks' last lines are still worth waiting for
+                self._drain(DRAIN_S)
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+    def _drain(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` seconds) until no connection waits to be accepted and every
+        accepted one is read to its end, so that the table holds every line sent before the ranks
+        ended (under load a rank's last line can still be in the listen queue when the job
+        returns)."""
+        assert self._server is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._counting:
+                reading = self._reading
+                pending, _, _ = select.select([self._server.socket], [], [], 0)
+            if not reading and not pending:
+                return
+            time.sleep(0.02)
 
 
 def _driver_host() -> str:

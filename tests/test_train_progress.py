@@ -4,6 +4,7 @@ tests/test_torch_distributor.py shows the table live in a kernel during a TorchD
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import pickle
 import time
@@ -61,3 +62,29 @@ def test_a_report_to_a_server_that_is_gone_warns_once_and_never_raises(capsys):
     reporter.report(epoch=0, loss=1.0)
     reporter.report(epoch=1, loss=1.0)
     assert capsys.readouterr().err.count("progress reports to 127.0.0.1") == 1
+
+
+def test_leaving_waits_for_a_line_still_being_read_when_the_job_returns():
+    # Regression (CI of stop 26): under load a rank's last line was still being read when the job
+    # returned, and the table missed that rank. Here the reading is held up by the table's lock.
+    import socket
+    import threading
+
+    progress = TrainingProgress(host="127.0.0.1")
+    with progress:
+        reporter = progress.reporter()
+        line = {"token": progress.token, "rank": 1, "epoch": 0, "figures": {"loss": 0.5}}
+        progress._lock.acquire()  # the handler's add() waits here, as a busy kernel's would
+        threading.Timer(2.0, progress._lock.release).start()
+        with socket.create_connection((reporter.host, reporter.port)) as rank:
+            rank.sendall((json.dumps(line) + "\n").encode())
+    assert [(r["epoch"], r["rank"], r["loss"]) for r in progress.rows] == [(0, 1, 0.5)]
+
+
+def test_a_reporter_used_in_the_kernel_itself_does_not_hold_up_leaving():
+    with TrainingProgress(host="127.0.0.1") as progress:
+        progress.reporter().report(epoch=0, loss=1.0)  # its connection stays open in this process
+        deadline = time.monotonic() + 10
+        while not progress.rows and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert [r["loss"] for r in progress.rows] == [1.0] and progress._reading == 0
