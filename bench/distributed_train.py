@@ -6,7 +6,8 @@ in a course store made from ``../shared/data``) and the same global batch, train
 ``TorchDistributor`` (``torch.distributed`` over gloo, CPU) on 1 and then 2 ranks. The cluster is
 a master and two workers of one core each started from pyspark's ``spark-class``
 (``tests/sparkcluster.py``, as the tests do); each rank runs one torch thread. Each rank streams
-its own shards with ``TorchParquetDataset`` (rank and world size from the process group).
+its own shards with ``TorchParquetDataset`` (rank and world size from the process group), in
+its own thread (``threads=0``: no decoding threads), so a rank is one thread in all.
 
 Prints one JSON object:
 
@@ -91,8 +92,11 @@ def train(model, path, store, epochs, global_batch, seed, called_at):
     rank, world = dist.get_rank(), dist.get_world_size()
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     per_rank = global_batch // world
+    # threads=0: the rank reads its shards in its own thread, so each rank is one thread, as the
+    # issue's "one thread each" asks; decoding threads would give one worker the idle second
+    # core for free and make two workers share two cores with four decoders.
     data = TorchParquetDataset(
-        path, store=store, seed=seed, batch_size=per_rank, columns=["image", "label"]
+        path, store=store, seed=seed, batch_size=per_rank, columns=["image", "label"], threads=0
     )
     optimizer = torch.optim.Adam(ddp.parameters(), lr=1e-3)
     loss_fn = torch.nn.CrossEntropyLoss()
