@@ -13,9 +13,9 @@ import datetime as dt
 
 import pytest
 from traitlets import TraitError
-from traitlets.config import Config
 
 from scalelab.hub_ext.hub.spark_gpus import parse_grant
+from scalelab.kernels.spark_errors import explain
 from scalelab.kernels.spark_gpu_grant import (
     ExecutorGPUsRefused,
     claim,
@@ -24,22 +24,16 @@ from scalelab.kernels.spark_gpu_grant import (
     refusal,
 )
 from scalelab.spawner.allocator import GPUAllocator
-from scalelab.spawner.policy import GPUPolicy, PolicyError, check_application, effective_limits
+from scalelab.spawner.policy import PolicyError, check_application, effective_limits
 from scalelab.spawner.spark_grants import (
     MAX_APPLICATIONS_PER_SERVER,
     GrantError,
     SparkGrant,
     SparkGrants,
 )
+from tests.test_gpu_policy import _policy
 
 WEEK_AGO = dt.date(2026, 11, 27)
-
-
-def _policy(**settings) -> GPUPolicy:
-    c = Config()
-    for key, value in settings.items():
-        setattr(c.GPUPolicy, key, value)
-    return GPUPolicy(config=c)
 
 
 COURSE = _policy(
@@ -216,3 +210,7 @@ def test_the_refusal_is_one_paragraph_with_the_numbers_and_the_hubs_reason():
     assert "\n" not in text
     assert text.startswith("ScaleLab did not start Spark: your session asks the cluster for 5")
     assert text.endswith("(HTTP 400): x")
+    # shown as it is: no Spark failure rule (a driver out of memory...) claims it
+    unreachable = "SparkStartError: ScaleLab did not start Spark: ... could not be reached "
+    for shown in (f"SparkStartError: {text}", unreachable + "(<urlopen error [Errno 111]>)"):
+        assert explain(shown, {}, {}) is None

@@ -76,6 +76,12 @@ class SparkGPUsHandler(APIHandler):
             )
         return pool
 
+    def _user(self, user_name: str) -> Any:
+        user = self.find_user(user_name)
+        if user is None:
+            raise web.HTTPError(404, f"No user {user_name}")
+        return user
+
     def _running_spawner(self, user: Any, server: str) -> Any:
         if server not in user.orm_spawners or not user.spawners[server].ready:
             raise web.HTTPError(409, f"{user.name}/{server} is not running")
@@ -93,9 +99,7 @@ class SparkGPUsHandler(APIHandler):
     @needs_scope("users:activity")
     async def get(self, user_name: str) -> None:
         pool = self._pool()
-        user = self.find_user(user_name)
-        if user is None:
-            raise web.HTTPError(404, f"No user {user_name}")
+        user = self._user(user_name)
         grants = [
             g.to_json()
             for key in sorted(f"{user_name}/{name}" for name in user.orm_spawners)
@@ -110,9 +114,7 @@ class SparkGPUsHandler(APIHandler):
         except ValueError as exc:
             raise web.HTTPError(400, f"Invalid Spark GPU request: {exc}") from None
         pool = self._pool()
-        user = self.find_user(user_name)
-        if user is None:
-            raise web.HTTPError(404, f"No user {user_name}")
+        user = self._user(user_name)
         spawner = self._running_spawner(user, server)
         groups = [g.name for g in user.groups]
         exempt = bool(pool.policy.admins_exempt and user.admin)
@@ -135,9 +137,7 @@ class SparkGPUsHandler(APIHandler):
     @needs_scope("users:activity")
     async def delete(self, user_name: str) -> None:
         pool = self._pool()
-        user = self.find_user(user_name)
-        if user is None:
-            raise web.HTTPError(404, f"No user {user_name}")
+        user = self._user(user_name)
         server = self.get_argument("server", "")
         application = self.get_argument("application", None) or None
         released = pool.allocator.spark.release(f"{user_name}/{server}", application)
