@@ -5,7 +5,8 @@ GPUs, which the student's server does not hold; the course's GPU limits still ap
 (``GPUPolicy.max_gpus_per_application``, ``max_gpus_per_user``). Before it builds a session
 that asks for executor GPUs, the kernel asks the hub
 (``POST $JUPYTERHUB_API_URL/scalelab/users/$JUPYTERHUB_USER/spark-gpus`` with the server's
-own ``JUPYTERHUB_API_TOKEN``; :mod:`scalelab.hub_ext.hub.spark_gpus`) and does not build it
+own ``JUPYTERHUB_API_TOKEN``; :mod:`scalelab.hub_ext.hub.spark_gpus`; the application is
+``<spark.app.name>-<the kernel's pid>``, one grant per kernel) and does not build it
 when the hub refuses: ``spark`` then says why in one paragraph. The grant is given back when
 the session stops and when the kernel exits (best effort: the hub also releases a server's
 grants when the server stops).
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -167,7 +169,8 @@ def claim(conf: Mapping[str, str], environ: Mapping[str, str]) -> Callable[[], N
         return None
     url, token = _url(environ), environ["JUPYTERHUB_API_TOKEN"]
     server = environ.get("JUPYTERHUB_SERVER_NAME", "")
-    application = conf.get("spark.app.name") or "scalelab"
+    # one grant per kernel: two notebooks' sessions of one name are two applications
+    application = f"{conf.get('spark.app.name') or 'scalelab'}-{os.getpid()}"
     try:
         _call("POST", url, token, {"server": server, "application": application, "gpus": gpus})
     except urllib.error.HTTPError as exc:

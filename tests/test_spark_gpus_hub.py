@@ -4,13 +4,16 @@ JupyterHub itself (``python -m jupyterhub`` on ScaleLab's generated configuratio
 ``tests/test_gpu_restart.py`` runs it, so that it can restart), a declared inventory of two fake
 GPUs (no GPU on this machine), and the course's rule "at most 4 GPUs per application from a
 week ago" as a dated limit. The kernel's side asks with the server's own environment
-(``JUPYTERHUB_API_URL``, its token); no Spark cluster is started: a refused session never
-reaches Spark, and a granted one's executors are the cluster's business.
+(``JUPYTERHUB_API_URL``, its token), from a real PySpark kernel: a refused session never
+reaches Spark; a granted one starts on the module's two-worker standalone cluster (its
+executors wait for GPUs the workers do not have: the cluster's business, not the hub's).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
 import time
 from pathlib import Path
 
@@ -18,9 +21,9 @@ import psutil
 import pytest
 import requests
 
-from scalelab.kernels.spark_gpu_grant import ExecutorGPUsRefused, claim
-from scalelab.kernels.spark_session import SparkStartError, begin
+from scalelab.kernels.spark_gpu_grant import claim
 from tests.hubproc import TWO_FAKE_GPUS, PlainHub
+from tests.kernelrun import Kernel
 
 WEEK_AGO = (dt.date.today() - dt.timedelta(days=7)).isoformat()
 CONFIG = (
@@ -47,6 +50,15 @@ def _server_environ(hub: PlainHub, user: str) -> dict[str, str]:
     raise AssertionError(f"no server process of {user}")
 
 
+def _executor_gpus(executors: int) -> dict[str, str]:
+    """Ops' Spark settings (``c.ScaleLabSpawner.spark_conf``) asking for one GPU an executor."""
+    return {
+        "spark.executor.resource.gpu.amount": "1",
+        "spark.task.resource.gpu.amount": "1",
+        "spark.executor.instances": str(executors),
+    }
+
+
 def _cluster_conf(executors: int, app: str) -> dict[str, str]:
     return {
         "spark.master": "spark://127.0.0.1:7077",
@@ -58,7 +70,7 @@ def _cluster_conf(executors: int, app: str) -> dict[str, str]:
 
 @pytest.mark.integration
 def test_cluster_gpus_are_granted_within_the_course_limits_and_released_with_the_server(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, kernel_environment: dict[str, str], two_workers: str
 ):
     hub = PlainHub(tmp_path / "state", CONFIG)
     try:
@@ -106,25 +118,40 @@ def test_cluster_gpus_are_granted_within_the_course_limits_and_released_with_the
         assert as_server(alice, "DELETE", params={"application": "train"}).status_code == 204
         assert held() == (1, [])
 
-        # the kernel's side, with her server's environment: refused before Spark starts
-        with pytest.raises(ExecutorGPUsRefused) as refused:
-            claim(_cluster_conf(5, "scalelab-alice"), alice)
-        assert "asks the cluster for 5 executor GPU(s)" in str(refused.value)
-        assert "at most 4" in str(refused.value)
-        for key in ("JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN", "JUPYTERHUB_USER"):
-            monkeypatch.setenv(key, alice[key])
-        monkeypatch.setenv("SCALELAB_SPARK_MASTER", "spark://127.0.0.1:7077")
-        monkeypatch.setenv(
-            "SCALELAB_SPARK_CONF",
-            '{"spark.executor.resource.gpu.amount": "1", "spark.executor.instances": "5"}',
+        # the kernel's side: a real PySpark kernel with her server's environment and the
+        # two-worker standalone cluster as its master. Refused: the cell says why, no Spark.
+        kernel_env = {
+            **kernel_environment,
+            **{k: alice[k] for k in ("JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN")},
+            "JUPYTERHUB_USER": "alice",
+            "JUPYTERHUB_SERVER_NAME": "",
+            "SCALELAB_SPARK_MASTER": two_workers,
+            "SCALELAB_SPARK_CONF": json.dumps(_executor_gpus(5)),
+        }
+        with Kernel("scalelab-pyspark", kernel_env, cwd=str(tmp_path)) as kernel:
+            out = kernel.run("spark.range(3).count()", timeout_s=120)
+        assert out["error"] is not None and out["error"][0] == "SparkStartError", out
+        assert (
+            "ScaleLab did not start Spark: your session asks the cluster for 5 executor GPU(s)"
+            in (out["error"][1])
         )
-        namespace: dict = {}
-        begin(namespace, None, None)
-        with pytest.raises(SparkStartError, match="the hub refused \\(HTTP 400\\)"):
-            namespace["spark"].wait(timeout=60)
-        # granted, then given back by the kernel
+        assert f"at most 4 (limit from {WEEK_AGO})" in out["error"][1]
+        assert held() == (1, [])
+        # granted: the session starts on the cluster; spark.stop() gives the GPUs back
+        kernel_env["SCALELAB_SPARK_CONF"] = json.dumps(_executor_gpus(2))
+        with Kernel("scalelab-pyspark", kernel_env, cwd=str(tmp_path)) as kernel:
+            out = kernel.run("print(spark.sparkContext.master)", timeout_s=300)
+            assert out["error"] is None and out["stdout"].strip().splitlines()[-1] == two_workers, (
+                out
+            )
+            pid = kernel.run("import os; print(os.getpid())")["stdout"].strip().splitlines()[-1]
+            assert held() == (3, [(f"scalelab-alice-{pid}", 2)])
+            assert kernel.run("spark.stop()")["error"] is None
+            assert held() == (1, [])
+        # given back by a kernel that asked directly (the kernel's client, its release)
         release = claim(_cluster_conf(2, "scalelab-alice"), alice)
-        assert release is not None and held() == (3, [("scalelab-alice", 2)])
+        mine = f"scalelab-alice-{os.getpid()}"
+        assert release is not None and held() == (3, [(mine, 2)])
         release()
         assert held() == (1, [])
         assert claim(_cluster_conf(3, "scalelab-alice"), alice) is not None
@@ -132,7 +159,7 @@ def test_cluster_gpus_are_granted_within_the_course_limits_and_released_with_the
         # a hub restart keeps the grant (in her server's saved state)
         hub.stop()
         hub.start()
-        assert held() == (4, [("scalelab-alice", 3)])
+        assert held() == (4, [(mine, 3)])
         # her server stops: the hub releases its grants with its GPU
         assert hub.api("DELETE", "/users/alice/server").status_code in (202, 204)
         deadline = time.monotonic() + 60
