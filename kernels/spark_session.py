@@ -41,7 +41,7 @@ from typing import Any
 
 from scalelab import envvars
 from scalelab.common.stderr_lines import Harmless, forward
-from scalelab.kernels import spark_gpus, spark_yarn
+from scalelab.kernels import spark_gpu_grant, spark_gpus, spark_yarn
 from scalelab.kernels.spark_defaults import DEFAULT_DRIVER_MEMORY, DEFAULT_SPARK_MASTER, spark_conf
 
 #: log4j2 configuration of the driver: WARN and above to the console (the kernel's stderr, hence
@@ -601,7 +601,18 @@ def begin(
     follow_logs = log_dir is not None and spark_yarn.is_yarn(conf["spark.master"])
 
     def factory() -> Any:
-        session = (take() if take is not None else None) or build_session(conf)
+        try:  # a cluster's executor GPUs: the hub's GPU limits first
+            release = spark_gpu_grant.claim(conf, environ)
+        except spark_gpu_grant.ExecutorGPUsRefused as exc:
+            raise SparkStartError(str(exc)) from None
+        try:
+            session = (take() if take is not None else None) or build_session(conf)
+        except BaseException:
+            if release is not None:
+                release()
+            raise
+        if release is not None:
+            spark_gpu_grant.release_on_stop(session, release)
         if follow_logs:  # the executors' logs, live in the server's log view
             follow_yarn_logs(session, log_dir)
         return session

@@ -32,7 +32,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from scalelab.spawner.ledger import GPULedger, Holding
-from scalelab.spawner.policy import LimitRule, PolicyError, check_request, effective_limits
+from scalelab.spawner.policy import (
+    LimitRule,
+    PolicyError,
+    check_application,
+    check_request,
+    effective_limits,
+)
 from scalelab.spawner.queue import (
     DEFAULT_FAIR_SHARE_S_PER_GPU_HOUR,
     USAGE_WINDOW_S,
@@ -43,6 +49,7 @@ from scalelab.spawner.queue import (
     gpu_hours,
 )
 from scalelab.spawner.queue_store import QueuedSpawn
+from scalelab.spawner.spark_grants import SparkGrant, SparkGrants
 
 #: ``busy_check(uuid)`` -> None when no process holds memory on the GPU, else why it is busy.
 BusyCheck = Callable[[str], Awaitable[str | None]]
@@ -102,6 +109,8 @@ class GPUAllocator:
         saver: Saver | None = None,
     ):
         self.ledger = GPULedger(inventory)
+        #: Executor GPUs of students' Spark applications on a cluster (counted, not picked).
+        self.spark = SparkGrants()
         self.queue = GPUQueue(fair_share_s_per_gpu_hour)
         self.rules = list(rules)
         self.session_s = session_s
@@ -138,7 +147,7 @@ class GPUAllocator:
         limits = effective_limits(self.rules, groups, today, exempt)
         own = self.ledger.holding(server)
         held = self.ledger.held_by_user(user) - (len(own.gpus) if own else 0)
-        check_request(gpus, limits, held)
+        check_request(gpus, limits, held + self.spark.held_by_user(user))
 
     async def acquire(
         self,
@@ -354,6 +363,40 @@ class GPUAllocator:
                 served = True
         if served:
             await self.save()
+
+    # -- Spark applications on a cluster ---------------------------------------------------------
+
+    async def grant_spark(
+        self,
+        server: str,
+        user: str,
+        application: str,
+        gpus: int,
+        groups: Iterable[str] = (),
+        exempt: bool = False,
+    ) -> SparkGrant:
+        """Count ``gpus`` executor GPUs of ``application`` (in ``server``) toward ``user``'s
+        limits, replacing that application's previous grant; nothing is picked from the
+        inventory (the cluster's scheduler places executors).
+
+        Raises
+        ------
+        PolicyError
+            Over a limit (:func:`~scalelab.spawner.policy.check_application`: 400 or 409), or
+            too many applications on one server (409). Nothing changes.
+        """
+        async with self._lock:
+            today = dt.datetime.fromtimestamp(self.clock()).date()
+            limits = effective_limits(self.rules, groups, today, exempt)
+            previous = self.spark.get(server, application)
+            held = self.ledger.held_by_user(user) + self.spark.held_by_user(user)
+            check_application(gpus, limits, held - (previous.gpus if previous else 0))
+            grant = SparkGrant(server, user, application, gpus, self.clock())
+            try:
+                self.spark.put(grant)
+            except ValueError as exc:
+                raise PolicyError(str(exc), status=409) from None
+            return grant
 
     # -- views ---------------------------------------------------------------------------------
 

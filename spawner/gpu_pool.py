@@ -34,6 +34,7 @@ from scalelab.spawner.allocator import GPUAllocator
 from scalelab.spawner.ledger import Holding, LedgerError
 from scalelab.spawner.metrics import register_collector
 from scalelab.spawner.policy import GPUPolicy
+from scalelab.spawner.spark_grants import SparkGrant
 
 #: ``gpu_abandon_timeout`` of 0: a request restored after a restart still waits at most this
 #: long for its spawn to be started again.
@@ -75,6 +76,8 @@ class GPUPool:
     _building: ClassVar[asyncio.Lock | None] = None
     #: Holdings found in spawners' saved state before the pool was built.
     _restores: ClassVar[list[Holding]] = []
+    #: Spark applications' grants found in spawners' saved state before the pool was built.
+    _spark_restores: ClassVar[list[SparkGrant]] = []
 
     def __init__(
         self,
@@ -153,6 +156,15 @@ class GPUPool:
             cls._restores.append(holding)
 
     @classmethod
+    def restore_spark(cls, grant: SparkGrant) -> None:
+        """Put a Spark application's ``grant`` (from its server's saved state) back: now when
+        the pool is built, else when it is. Limits are not checked again (it was granted)."""
+        if cls._current is not None:
+            cls._current.allocator.spark.put(grant)
+        else:
+            cls._spark_restores.append(grant)
+
+    @classmethod
     async def _build(cls, settings: PoolSettings) -> None:
         log = settings.log
         source = settings.make_gpu_source()
@@ -177,6 +189,9 @@ class GPUPool:
         for holding in cls._restores:
             _restore(allocator, holding, log)
         cls._restores.clear()
+        for grant in cls._spark_restores:
+            allocator.spark.put(grant)
+        cls._spark_restores.clear()
         if path is not None:
             _restore_queue(allocator, saved, path, log)
         pool = cls(allocator, inventory, policy, source, log)

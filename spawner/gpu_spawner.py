@@ -64,6 +64,7 @@ from scalelab.spawner.profiles import (
 )
 from scalelab.spawner.queue import DEFAULT_FAIR_SHARE_S_PER_GPU_HOUR
 from scalelab.spawner.refusals import OptionsRefused, refuse
+from scalelab.spawner.spark_grants import SparkGrant
 from scalelab.spawner.start_watch import describe_exit
 from scalelab.templates import templates_dir
 
@@ -512,6 +513,13 @@ class GPUSpawnerMixin(Spawner):
             self.log.info("%s released GPU(s) %s", self.server_key, ", ".join(released))
             record_gpu_hours(self._who()[0], len(released), allocator.clock() - holding.since)
         self._holding = None
+        for grant in allocator.spark.release(self.server_key):
+            self.log.info(
+                "%s released the %d executor GPU(s) of its Spark application %s",
+                self.server_key,
+                grant.gpus,
+                grant.application,
+            )
 
     def session_deadline(self) -> float | None:
         """When this server's GPU session ends (seconds since the epoch), or None: no GPUs or no
@@ -623,11 +631,24 @@ class GPUSpawnerMixin(Spawner):
                 "gpus": list(self._holding.gpus),
                 "since": self._holding.since,
             }
+        pool = GPUPool.current()
+        grants = pool.allocator.spark.of_server(self.server_key) if pool is not None else []
+        if grants:
+            state["scalelab_spark"] = [grant.to_json() for grant in grants]
         return state
 
     def load_state(self, state):
         super().load_state(state)
         self._resumed = bool(state)
+        for saved_grant in state.get("scalelab_spark", []):
+            grant = SparkGrant(
+                self.server_key,
+                self.user.name,
+                str(saved_grant["application"]),
+                int(saved_grant["gpus"]),
+                float(saved_grant["since"]),
+            )
+            GPUPool.restore_spark(grant)
         saved = state.get("scalelab")
         if not saved or saved.get("version") != STATE_VERSION:
             return

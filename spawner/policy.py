@@ -9,10 +9,15 @@ Example (``jupyterhub_config.py``)::
 
     c.GPUPolicy.max_gpus_per_server = 4
     c.GPUPolicy.max_gpus_per_user = 4
+    c.GPUPolicy.max_gpus_per_application = 4  # GPUs of one Spark application's executors
     c.GPUPolicy.group_limits = {"ml-course": {"max_gpus_per_user": 2}}
     c.GPUPolicy.dated_limits = [
         {"from": "2027-05-20", "max_gpus_per_server": 1, "max_gpus_per_user": 2},
     ]
+
+A Spark application on a cluster (standalone or YARN) asks for its executors' GPUs through
+:func:`check_application`: the per-application limit, and the per-user limit counted with what
+the user's servers and other applications hold (the per-server limit is for a server's own GPUs).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from traitlets import Bool, Dict, Float, Integer, List, TraitError, validate
 from scalelab.common.strictconfig import StrictConfigurable
 
 #: Keys a limit may set.
-LIMIT_KEYS = frozenset({"max_gpus_per_server", "max_gpus_per_user"})
+LIMIT_KEYS = frozenset({"max_gpus_per_server", "max_gpus_per_user", "max_gpus_per_application"})
 #: Keys a dated limit may set, besides the limits.
 DATED_KEYS = frozenset({"from", "groups"})
 
@@ -61,6 +66,8 @@ class LimitRule:
     per_user: int | None = None
     groups: frozenset[str] | None = None
     start: dt.date | None = None
+    #: Maximum executor GPUs of one Spark application on a cluster; None: no limit.
+    per_application: int | None = None
 
     def applies(self, groups: Iterable[str], today: dt.date) -> bool:
         """Whether the rule applies to a member of ``groups`` on ``today``."""
@@ -76,6 +83,8 @@ class Limits:
     per_user: int | None
     per_server_source: str = ""
     per_user_source: str = ""
+    per_application: int | None = None
+    per_application_source: str = ""
 
 
 def effective_limits(
@@ -93,7 +102,8 @@ def effective_limits(
 
     per_server, server_source = smallest("per_server")
     per_user, user_source = smallest("per_user")
-    return Limits(per_server, per_user, server_source, user_source)
+    per_app, app_source = smallest("per_application")
+    return Limits(per_server, per_user, server_source, user_source, per_app, app_source)
 
 
 def check_request(gpus: int, limits: Limits, held_by_user: int) -> None:
@@ -128,6 +138,44 @@ def check_request(gpus: int, limits: Limits, held_by_user: int) -> None:
         )
 
 
+def check_application(gpus: int, limits: Limits, held_by_user: int) -> None:
+    """Check a Spark application's request for ``gpus`` executor GPUs on a cluster (pure).
+
+    Parameters
+    ----------
+    gpus
+        GPUs of all its executors together (``spark.executor.resource.gpu.amount`` times the
+        executors), at least 1.
+    limits
+        From :func:`effective_limits`.
+    held_by_user
+        GPUs the user's servers and other Spark applications hold now.
+
+    Raises
+    ------
+    PolicyError
+        400 when over the per-application limit (it can never fit); 409 when it would take
+        the user over their limit with what they hold now (stopping something makes room).
+    """
+    if limits.per_application is not None and gpus > limits.per_application:
+        raise PolicyError(
+            f"Your Spark application asks for {gpus} executor GPU(s), but an application may "
+            f"have at most {limits.per_application} ({limits.per_application_source}). Ask "
+            "for fewer: spark.executor.resource.gpu.amount times spark.executor.instances (or "
+            "spark.dynamicAllocation.maxExecutors) at most "
+            f"{limits.per_application}."
+        )
+    if limits.per_user is not None and held_by_user + gpus > limits.per_user:
+        raise PolicyError(
+            f"Your Spark application's {gpus} executor GPU(s) would give you "
+            f"{held_by_user + gpus}, but you may hold at most {limits.per_user} "
+            f"({limits.per_user_source}); your servers and other Spark applications hold "
+            f"{held_by_user}. Stop one of them (spark.stop() in its notebook), or ask for "
+            "fewer executor GPUs.",
+            status=409,
+        )
+
+
 def _limit_values(where: str, entry: dict, allowed: frozenset[str]) -> dict:
     unknown = set(entry) - allowed
     if unknown:
@@ -157,6 +205,16 @@ class GPUPolicy(StrictConfigurable):
         min=0,
         config=True,
         help="Most GPUs all of one user's servers may hold together. 0: users get no GPU.",
+    )
+    max_gpus_per_application = Integer(
+        None,
+        allow_none=True,
+        min=0,
+        config=True,
+        help="""Most executor GPUs one Spark application on a cluster (standalone or YARN) may
+        ask for (spark.executor.resource.gpu.amount times its executors); they count toward
+        max_gpus_per_user with the user's servers' GPUs. None: no limit of its own. Groups and
+        dated limits may set "max_gpus_per_application" too.""",
     )
     group_limits = Dict(
         config=True,
@@ -219,6 +277,13 @@ class GPUPolicy(StrictConfigurable):
             LimitRule("GPUPolicy.max_gpus_per_server", per_server=self.max_gpus_per_server),
             LimitRule("GPUPolicy.max_gpus_per_user", per_user=self.max_gpus_per_user),
         ]
+        if self.max_gpus_per_application is not None:
+            rules.append(
+                LimitRule(
+                    "GPUPolicy.max_gpus_per_application",
+                    per_application=self.max_gpus_per_application,
+                )
+            )
         for group, entry in self.group_limits.items():
             rules.append(
                 LimitRule(
@@ -226,6 +291,7 @@ class GPUPolicy(StrictConfigurable):
                     per_server=entry.get("max_gpus_per_server"),
                     per_user=entry.get("max_gpus_per_user"),
                     groups=frozenset({group}),
+                    per_application=entry.get("max_gpus_per_application"),
                 )
             )
         for entry in self.dated_limits:
@@ -237,6 +303,7 @@ class GPUPolicy(StrictConfigurable):
                     per_user=entry.get("max_gpus_per_user"),
                     groups=frozenset(groups) if groups else None,
                     start=dt.date.fromisoformat(entry["from"]),
+                    per_application=entry.get("max_gpus_per_application"),
                 )
             )
         return rules

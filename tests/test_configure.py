@@ -48,6 +48,7 @@ def test_configure_installs_spawner_pages_services_once():
         r"/api/scalelab/gpus",
         r"/scalelab/gpus",
         r"/api/scalelab/users/([^/]+)/gpu-readings",  # the servers' GPU reports
+        r"/api/scalelab/users/([^/]+)/spark-gpus",  # cluster Spark applications' GPUs
         *[r for r in routes if "logs" in r or "logfiles" in r],
     ]
     assert len(routes) == len(set(routes)) and any("logs" in r for r in routes)

@@ -59,7 +59,8 @@ def configure(c: Config) -> Config:
     - ScaleLab's templates folder (login, spawn form, pending page, ops pages) appended to
       ``c.JupyterHub.template_paths``, after the operator's own folders;
     - the GPU board (``/hub/scalelab/gpus``, ``/hub/api/scalelab/gpus``), the servers' GPU
-      reports (``/hub/api/scalelab/users/<user>/gpu-readings``) and the ops' server-log pages
+      reports (``/hub/api/scalelab/users/<user>/gpu-readings``), the Spark applications'
+      executor GPUs (``/hub/api/scalelab/users/<user>/spark-gpus``) and the ops' server-log pages
       (``/hub/scalelab/logs/...``) added to ``c.JupyterHub.extra_handlers``;
     - the idle culler and the GPU monitor as hub services, with their roles
       (``c.ScaleLabCulling``, :func:`scalelab.hub_ext.services.culling.configure_culling`);
@@ -83,7 +84,7 @@ def configure(c: Config) -> Config:
         starting JupyterHub the problem and its fix are logged instead as one critical line and
         the hub exits with status 1, without a traceback.
     """
-    from scalelab.hub_ext.hub import gpu_board, gpu_reports, server_logs
+    from scalelab.hub_ext.hub import gpu_board, gpu_reports, server_logs, spark_gpus
     from scalelab.hub_ext.services.culling import configure_culling
     from scalelab.templates import templates_dir
 
@@ -91,7 +92,12 @@ def configure(c: Config) -> Config:
     if "spawner_class" not in hub:
         hub.spawner_class = "scalelab"
     _extend(hub, "template_paths", [str(templates_dir())], same=str)
-    routes = [*gpu_board.handlers(), *gpu_reports.handlers(), *server_logs.handlers()]
+    routes = [
+        *gpu_board.handlers(),
+        *gpu_reports.handlers(),
+        *spark_gpus.handlers(),
+        *server_logs.handlers(),
+    ]
     _extend(hub, "extra_handlers", routes, same=lambda route: route[0])
     app = _running_hub()
     source = getattr(app, "config_file", "") or "your config file"
