@@ -74,6 +74,10 @@ class SparkGrants:
         found = [g for (s, _), g in self._grants.items() if s == server]
         return sorted(found, key=lambda g: (g.since, g.application))
 
+    def all(self) -> list[SparkGrant]:
+        """Every grant, oldest first."""
+        return sorted(self._grants.values(), key=lambda g: (g.since, g.server, g.application))
+
     def held_by_user(self, user: str) -> int:
         """GPUs granted to all of ``user``'s applications together."""
         return sum(g.gpus for g in self._grants.values() if g.user == user)

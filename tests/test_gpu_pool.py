@@ -41,6 +41,7 @@ async def no_pool(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
     monkeypatch.setattr(GPUPool, "_current", None)
     monkeypatch.setattr(GPUPool, "_building", None)
     monkeypatch.setattr(GPUPool, "_restores", [])
+    monkeypatch.setattr(GPUPool, "_spark_restores", [])
     yield
     others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     for task in others:
@@ -183,3 +184,17 @@ def test_an_unreadable_readings_file_is_unknown_not_idle(tmp_path: Path):
     (tmp_path / "broken.json").write_text("{not json")
     source.readings_file = str(tmp_path / "broken.json")
     assert source.utilization(["GPU-fake-0"]) == {}
+
+
+@pytest.mark.asyncio
+async def test_the_board_lists_spark_applications_cluster_gpus_apart_from_the_gpus(
+    tmp_path: Path, no_pool
+):
+    pool = await GPUPool.ensure(_spawner(tmp_path, declared_gpus=TWO))
+    await pool.allocator.grant_spark("alice/", "alice", "train-42", 3)
+    board = board_model(pool.allocator, pool.inventory, {}, 0.0)
+    assert [(a["server"], a["user"], a["application"], a["gpus"]) for a in board["spark"]] == [
+        ("alice/", "alice", "train-42", 3)
+    ]
+    assert board["spark"][0]["since"].endswith("+00:00")
+    assert all(g["holder"] is None for g in board["gpus"])  # the cluster's GPUs, not the hub's

@@ -160,6 +160,11 @@ def test_cluster_gpus_are_granted_within_the_course_limits_and_released_with_the
         hub.stop()
         hub.start()
         assert held() == (4, [(mine, 3)])
+        # ops see it on the GPU board (in no GPU's row: the cluster placed it)
+        board = hub.api("GET", "/scalelab/gpus").json()
+        assert [(a["user"], a["application"], a["gpus"]) for a in board["spark"]] == [
+            ("alice", mine, 3)
+        ]
         # her server stops: the hub releases its grants with its GPU
         assert hub.api("DELETE", "/users/alice/server").status_code in (202, 204)
         deadline = time.monotonic() + 60

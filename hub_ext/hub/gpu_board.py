@@ -49,7 +49,10 @@ def board_model(
         ``memory_used_mib`` (None when the GPU source cannot read them: a declared GPU, a MIG
         instance, no NVML); ``queue``: waiting requests in order with
         ``position``, ``server``, ``user``, ``gpus``, ``waiting_s`` and ``estimated_wait_s``
-        (None when unknown).
+        (None when unknown); ``spark``: the executor GPUs granted to students' Spark
+        applications on a cluster (counted against their limits, placed by the cluster, so in
+        no GPU's row), oldest first, with ``server``, ``user``, ``application``, ``gpus`` and
+        ``since`` (ISO 8601 UTC).
     """
     holders = {gpu: h for h in allocator.ledger.holdings() for gpu in h.gpus}
     quarantined = allocator.ledger.quarantined()
@@ -68,7 +71,7 @@ def board_model(
                 else {
                     "server": holding.server,
                     "user": holding.user,
-                    "since": dt.datetime.fromtimestamp(holding.since, dt.UTC).isoformat(),
+                    "since": _iso(holding.since),
                 },
                 "quarantined": quarantined.get(gpu.uuid),
                 "utilization_pct": util,
@@ -88,7 +91,21 @@ def board_model(
         }
         for server, status in statuses.items()
     ]
-    return {"source": inventory.source, "gpus": gpus, "queue": queue}
+    spark = [
+        {
+            "server": grant.server,
+            "user": grant.user,
+            "application": grant.application,
+            "gpus": grant.gpus,
+            "since": _iso(grant.since),
+        }
+        for grant in allocator.spark.all()
+    ]
+    return {"source": inventory.source, "gpus": gpus, "queue": queue, "spark": spark}
+
+
+def _iso(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat()
 
 
 async def _current_board(handler: BaseHandler) -> dict[str, Any]:
