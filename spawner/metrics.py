@@ -8,6 +8,8 @@ Series:
 
 - ``scalelab_gpus_total``, ``scalelab_gpus_allocated``, ``scalelab_gpus_quarantined``;
 - ``scalelab_gpu_queue_length``: requests waiting;
+- ``scalelab_spark_executor_gpus_granted``: executor GPUs granted to students' Spark
+  applications on a cluster (counted against their limits, not in the inventory);
 - ``scalelab_gpu_queue_wait_seconds``: histogram of the time granted requests waited;
 - ``scalelab_gpu_hours_total{group}``: GPU-hours used, by JupyterHub group (``""``: no group).
 """
@@ -53,11 +55,17 @@ class AllocatorCollector(Collector):
         held = sum(len(h.gpus) for h in allocator.ledger.holdings()) if allocator else 0
         quarantined = len(allocator.ledger.quarantined()) if allocator else 0
         queued = len(allocator.queue) if allocator else 0
+        spark = sum(g.gpus for g in allocator.spark.all()) if allocator else 0
         for name, doc, value in (
             ("scalelab_gpus_total", "GPUs in the inventory", inventory),
             ("scalelab_gpus_allocated", "GPUs held by servers", held),
             ("scalelab_gpus_quarantined", "GPUs kept out: memory still in use", quarantined),
             ("scalelab_gpu_queue_length", "GPU requests waiting", queued),
+            (
+                "scalelab_spark_executor_gpus_granted",
+                "Executor GPUs granted to Spark applications on a cluster",
+                spark,
+            ),
         ):
             yield GaugeMetricFamily(name, doc, value=value)
 

@@ -165,6 +165,7 @@ def test_cluster_gpus_are_granted_within_the_course_limits_and_released_with_the
         assert [(a["user"], a["application"], a["gpus"]) for a in board["spark"]] == [
             ("alice", mine, 3)
         ]
+        assert "scalelab_spark_executor_gpus_granted 3.0" in hub.api("GET", "/../metrics").text
         # her server stops: the hub releases its grants with its GPU
         assert hub.api("DELETE", "/users/alice/server").status_code in (202, 204)
         deadline = time.monotonic() + 60
