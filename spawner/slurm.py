@@ -414,6 +414,7 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
         if self.server:
             self.server.port = self.port
         self._port_known = asyncio.Event()
+        submitted = time.monotonic()
         await self.submit_batch_script()
         if not self.job_id:
             raise RuntimeError("Jupyter batch job submission failure (no jobid in output)")
@@ -431,12 +432,24 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
                     "immediately after starting."
                 )
             await asyncio.sleep(self.startup_poll_interval)
+        running = time.monotonic() - submitted
         self.ip = self.state_gethost()
         # batchspawner-singleuser posts the port (POST /hub/api/batchspawner) before it starts
         # the server; the hub's start_timeout bounds this wait, as batchspawner's own.
         await self._port_known.wait()
-        await self.wait_listening(self.ip or "127.0.0.1", self.port)
-        self.log.info("Notebook server job %s started at %s:%s", self.job_id, self.ip, self.port)
+        posted = time.monotonic() - submitted
+        listening = await self.wait_listening(self.ip or "127.0.0.1", self.port)
+        self.log.info(
+            "Notebook server job %s started at %s:%s (seconds after sbatch: running %.2f, port "
+            "posted %.2f, %s %.2f)",
+            self.job_id,
+            self.ip,
+            self.port,
+            running,
+            posted,
+            "listening" if listening else "not listening yet",
+            time.monotonic() - submitted,
+        )
         return self.ip, self.port
 
     @observe("port")
