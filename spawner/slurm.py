@@ -335,8 +335,22 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
     # -- batchspawner's job status, with the GPUs and the reason -------------------------------
 
     async def query_job_status(self):
+        """batchspawner's job status, with the running job's node and GPUs (into the ledger)
+        and, when the job is gone, how it ended (``sacct``).
+
+        Raises
+        ------
+        asyncio.CancelledError
+            The task was cancelled (the student stopped a pending start) while ``squeue`` ran:
+            batchspawner's ``run_command`` catches the cancellation and kills ``squeue``, whose
+            failure would read as a job gone; the start ends here instead, keeping the job id
+            for Stop's ``scancel``.
+        """
         job_id = self.job_id
         status = await super().query_job_status()
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
         if status == JobStatus.RUNNING and self._job is None:
             job = await self.show_job(job_id)
             if job is not None and job.batch_host:
@@ -391,7 +405,9 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
             if self._ended is None:
                 raise
             message = f"Your server's job ended before it started: {describe_end(self._ended)}."
-            raise SpawnException(message, log_message=f"{self.server_key}: {exc}") from None
+            raise SpawnException(
+                message, reason="slurm_job_ended", log_message=f"{self.server_key}: {exc}"
+            ) from None
 
     async def _start_job(self) -> tuple[str, int]:
         """batchspawner's ``start`` (submit, poll the job every ``startup_poll_interval`` seconds
