@@ -22,6 +22,9 @@ What ScaleLab adds to batchspawner's ``SlurmSpawner``:
 - **GPU readings from the GPU's node.** Each GPU server reads its GPUs through NVML on its node
   and reports them to the hub under the same names, so the GPU board, the idle warning and
   GPU-aware culling see them (:class:`SlurmGPUs`).
+- **Ready sooner.** The server's port is taken as soon as it is posted, and the server goes to
+  the hub once it listens (:meth:`ScaleLabSlurmSpawner.wait_listening`), so the hub's first
+  HTTP check finds it instead of waiting out JupyterHub's back-off.
 - Stop cancels the job (``scancel``), pending or running; the student can start again at once.
 
 Slurm's commands run on the hub's host (a Slurm client: ``sbatch``, ``squeue``, ``scancel``,
@@ -43,7 +46,7 @@ from typing import Any
 
 from batchspawner import JobStatus, SlurmSpawner
 from jupyterhub.spawner import SpawnException
-from traitlets import Dict, Float, Unicode, default, validate
+from traitlets import Dict, Float, Unicode, default, observe, validate
 
 from scalelab.common.gpu_inventory import GPU, GPUInventory
 from scalelab.common.gpu_source import ServerReports
@@ -69,6 +72,10 @@ from scalelab.spawner.slurm_jobs import (
 
 #: Keys of one entry of ``slurm_profiles``.
 PROFILE_KEYS = frozenset({"partition", "qos", "time", "account", "options"})
+
+#: Seconds between two tries to connect to a started server's port before the spawner hands
+#: it to the hub (see :meth:`ScaleLabSlurmSpawner.wait_listening`).
+LISTEN_CHECK_S = 0.05
 
 
 class SlurmGPUs(ServerReports):
@@ -180,6 +187,8 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
 
     #: The job as Slurm last showed it running (node, GPUs), or None.
     _job: SlurmJob | None = None
+    #: Set when batchspawner's API gives the server's port (``_port_changed``); None outside start.
+    _port_known: asyncio.Event | None = None
     #: Why the last job ended, in Slurm's words, or None.
     _ended: SlurmJob | None = None
     _node_addr: str = ""
@@ -326,8 +335,22 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
     # -- batchspawner's job status, with the GPUs and the reason -------------------------------
 
     async def query_job_status(self):
+        """batchspawner's job status, with the running job's node and GPUs (into the ledger)
+        and, when the job is gone, how it ended (``sacct``).
+
+        Raises
+        ------
+        asyncio.CancelledError
+            The task was cancelled (the student stopped a pending start) while ``squeue`` ran:
+            batchspawner's ``run_command`` catches the cancellation and kills ``squeue``, whose
+            failure would read as a job gone; the start ends here instead, keeping the job id
+            for Stop's ``scancel``.
+        """
         job_id = self.job_id
         status = await super().query_job_status()
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
         if status == JobStatus.RUNNING and self._job is None:
             job = await self.show_job(job_id)
             if job is not None and job.batch_host:
@@ -377,12 +400,106 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
         if self.home_root:
             Path(self.req_homedir).mkdir(parents=True, exist_ok=True)
         try:
-            return await super().start()
+            return await self._start_job()
         except RuntimeError as exc:
             if self._ended is None:
                 raise
             message = f"Your server's job ended before it started: {describe_end(self._ended)}."
-            raise SpawnException(message, log_message=f"{self.server_key}: {exc}") from None
+            raise SpawnException(
+                message, reason="slurm_job_ended", log_message=f"{self.server_key}: {exc}"
+            ) from None
+
+    async def _start_job(self) -> tuple[str, int]:
+        """batchspawner's ``start`` (submit, poll the job every ``startup_poll_interval`` seconds
+        until Slurm runs it), then: the port as soon as the server posts it (not at the next
+        poll), and the server's address once it accepts connections (:meth:`wait_listening`).
+
+        Returns
+        -------
+        tuple
+            (address, port) of the server, for the hub.
+
+        Raises
+        ------
+        RuntimeError
+            No job id from ``sbatch``, or the job left Slurm's queue before it ran (as
+            batchspawner; :meth:`start` tells Slurm's reason).
+        """
+        self.ip = self.traits()["ip"].default_value
+        self.port = self.traits()["port"].default_value
+        if self.server:
+            self.server.port = self.port
+        self._port_known = asyncio.Event()
+        submitted = time.monotonic()
+        await self.submit_batch_script()
+        if not self.job_id:
+            raise RuntimeError("Jupyter batch job submission failure (no jobid in output)")
+        while True:
+            status = await self.query_job_status()
+            if status == JobStatus.RUNNING:
+                break
+            if status not in (JobStatus.PENDING, JobStatus.UNKNOWN):
+                self.log.warning(
+                    "Job %s neither pending nor running.\n%s", self.job_id, self.job_status
+                )
+                self.clear_state()
+                raise RuntimeError(
+                    "The Jupyter batch job has disappeared while pending in the queue or died "
+                    "immediately after starting."
+                )
+            await asyncio.sleep(self.startup_poll_interval)
+        running = time.monotonic() - submitted
+        self.ip = self.state_gethost()
+        # batchspawner-singleuser posts the port (POST /hub/api/batchspawner) before it starts
+        # the server; the hub's start_timeout bounds this wait, as batchspawner's own.
+        await self._port_known.wait()
+        posted = time.monotonic() - submitted
+        listening = await self.wait_listening(self.ip or "127.0.0.1", self.port)
+        self.log.info(
+            "Notebook server job %s started at %s:%s (seconds after sbatch: running %.2f, port "
+            "posted %.2f, %s %.2f)",
+            self.job_id,
+            self.ip,
+            self.port,
+            running,
+            posted,
+            "listening" if listening else "not listening yet",
+            time.monotonic() - submitted,
+        )
+        return self.ip, self.port
+
+    @observe("port")
+    def _port_changed(self, change) -> None:
+        if change["new"] and self._port_known is not None:
+            self._port_known.set()
+
+    async def wait_listening(self, host: str, port: int) -> bool:
+        """Wait until ``host:port`` accepts a TCP connection, trying every ``LISTEN_CHECK_S``
+        seconds, at most ``http_timeout`` seconds.
+
+        The port is known when ``batchspawner-singleuser`` posts it, before the server has
+        imported Jupyter Server (1-2 s); the hub's own check (``http_timeout``) then waits with
+        an exponential back-off of up to 5 s between tries (JupyterHub's
+        ``exponential_backoff``), so a server up a moment after a try waits for the next one.
+        Handing the server over once it listens, the hub's first try finds it.
+
+        Returns
+        -------
+        bool
+            Whether it listens; False after ``http_timeout`` seconds (the hub's check then tells
+            the student, as without this wait).
+        """
+        deadline = time.monotonic() + self.http_timeout
+        while True:
+            try:
+                _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout=5)
+            except (OSError, TimeoutError):
+                if time.monotonic() >= deadline:
+                    return False
+                await asyncio.sleep(LISTEN_CHECK_S)
+                continue
+            writer.close()
+            return True
 
     async def cancel_batch_job(self):
         if self.job_id:  # nothing submitted yet: nothing to cancel

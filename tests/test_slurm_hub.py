@@ -324,3 +324,46 @@ def test_a_restarted_hub_knows_the_job_its_node_and_gpus(
     assert hub.api("DELETE", "/users/hana/server").status_code in (202, 204)
     _gone(hub, "hana")
     assert not [j for j in slurm_cluster.jobs() if j.startswith(f"{before['job_id']} ")]
+
+
+def test_stop_while_squeue_runs_cancels_the_pending_job(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Stop during a pending start, while the spawner's ``squeue`` runs: batchspawner's
+    ``run_command`` catches the cancellation and kills ``squeue``, whose failure must not read as
+    the job gone (which forgot the job id, so Stop's ``scancel`` never came and the job stayed
+    PENDING in Slurm's queue). Here each ``squeue`` of the start takes 3 s (a marker file while
+    it runs) and the job waits an hour (``--begin``), so the Stop lands inside one."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    state = tmp_path / "state"
+    state.mkdir()
+    marker = tmp_path / "squeue-running"
+    query = f"touch {marker}; sleep 3; squeue -h -j {{job_id}} -o '%T %B'; rm -f {marker}"
+    plain = PlainHub(
+        state,
+        slurm_config(
+            slurm_cluster,
+            state,
+            f"c.ScaleLabSlurmSpawner.batch_query_cmd = {query!r}\n"
+            "c.ScaleLabSlurmSpawner.slurm_profiles = {'cpu': {'options': ['--begin=now+3600']}}\n",
+        ),
+    )
+    try:
+        plain.start()
+        assert _ask(plain, "iris", "cpu").status_code == 202  # pending
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert time.monotonic() < deadline, f"no squeue ran:\n{_log_tail(plain)}"
+            time.sleep(0.05)
+        [job] = [line.split()[0] for line in slurm_cluster.jobs() if " PENDING " in line]
+        assert plain.api("DELETE", "/users/iris/server").status_code in (202, 204)
+        _gone(plain, "iris")
+        assert not [j for j in slurm_cluster.jobs() if j.startswith(f"{job} ")], _log_tail(plain)
+        log = (state / "hub.log").read_text(errors="replace")
+        assert "neither pending nor running" not in log
+        assert "Task exception was never retrieved" not in log
+        # she can start again at once
+        assert _ask(plain, "iris", "cpu").status_code == 202
+    finally:
+        plain.close()
+        slurm_cluster.command("scancel", "--full", "-u", "root")
