@@ -16,14 +16,19 @@ The plan, for one reader (one DataLoader worker of one rank, or the main process
    than that is a task alone);
 4. each task is decoded by one thread and written once, its rows permuted (a permutation drawn
    from the same generator, in task order, before the task starts), into one block of arrays
-   (:func:`~scalelab.store.streaming.blocks.build_block`);
+   (:func:`~scalelab.store.streaming.blocks.write_rows`), row group by row group;
 5. blocks are yielded in task order, whichever thread finishes first, so the order depends
    only on the seed, the epoch and the reader's place, never on the threads' timing.
 
 Memory: at most ``threads + 1`` tasks are submitted and not yet yielded, each of at most
-``buffer_rows + (largest row group's rows) - 1`` rows, held up to twice while it is decoded
-(Arrow's columns and the block); :class:`~.parquet_stream.BufferStats` counts the rows of the
-submitted, not yet yielded tasks. Nothing depends on the number or total size of the shards.
+``buffer_rows + (largest row group's rows) - 1`` rows; :class:`~.parquet_stream.BufferStats`
+counts the rows of the submitted, not yet yielded tasks. A thread allocates its task's block
+once and writes each row group into it as soon as Arrow has decoded it, then drops the decoded
+row group: besides its block it holds one decoded row group and :data:`CHUNK_ROWS` rows of a
+stack's row-major copy. Blocks come from a :class:`~.blocks.BlockPool` of ``threads + 3``
+buffers (the tasks in flight, the block being cut into batches and the one its last batch came
+from), reused once no batch of theirs is held, so the stream's memory stays flat. Nothing
+depends on the number or total size of the shards.
 """
 
 from __future__ import annotations
@@ -38,7 +43,15 @@ import fsspec
 import numpy as np
 import pyarrow.parquet as pq
 
-from scalelab.store.streaming.blocks import Allocator, BlockLayout, build_block, empty_arrays
+from scalelab.store.errors import StoreError
+from scalelab.store.streaming.blocks import (
+    Allocator,
+    BlockLayout,
+    BlockPool,
+    empty_arrays,
+    empty_block,
+    write_rows,
+)
 from scalelab.store.streaming.parquet_stream import BufferStats, batch_arrays, check_columns
 
 #: Most decoding threads ``threads=None`` starts (more rarely pays: the training loop needs a core).
@@ -112,6 +125,12 @@ def _footer(
     return metadata
 
 
+#: Rows of a row group turned into arrays at a time while a block is written: a stack's
+#: row-major copy (``to_tensor``) is this many rows (about 3 MiB for 90 float64 columns), never
+#: a whole row group, before it is scattered into the block.
+CHUNK_ROWS = 4096
+
+
 def _decode(
     fs: fsspec.AbstractFileSystem,
     shards: Sequence[str],
@@ -122,15 +141,32 @@ def _decode(
     layout: BlockLayout,
     empty: Allocator,
 ) -> dict[str, np.ndarray]:
-    parts = []
+    # The block is allocated once, at the first rows, and each row group is written into it
+    # (permuted) as soon as it is decoded, then dropped: a thread holds its block, one decoded
+    # row group and CHUNK_ROWS of stacked rows, never all of a task's row groups twice.
+    block: dict[str, np.ndarray] | None = None
+    start = 0
     for shard, group in task.units:
         with fs.open(shards[shard], "rb") as f:
             parquet = pq.ParquetFile(f, metadata=footers[shard], pre_buffer=False)
             # use_threads=False: this pool is the parallelism; Arrow's own threads would only
             # compete with it (and cost more CPU per byte).
             table = parquet.read_row_group(group, columns=columns, use_threads=False)
-        parts.extend(batch_arrays(b, layout) for b in table.to_batches() if b.num_rows)
-    return build_block(parts, destination, layout, empty)
+        for batch in table.to_batches():
+            for offset in range(0, batch.num_rows, CHUNK_ROWS):
+                part = batch_arrays(batch.slice(offset, CHUNK_ROWS), layout)
+                if block is None:
+                    block = empty_block(part, task.rows, layout, empty)
+                start = write_rows(block, part, start, destination)
+                del part
+            del batch
+        del table  # freed before the next row group is decoded
+    if block is None or start != task.rows:
+        raise StoreError(
+            f"{[shards[s] for s, _ in task.units]}: {start} rows decoded where the footers "
+            f"promised {task.rows}; a shard changed while it was read: start the epoch again"
+        )
+    return block
 
 
 def iter_threaded(
@@ -174,6 +210,9 @@ def iter_threaded(
     stats = stats if stats is not None else BufferStats()
     layout = layout if layout is not None else BlockLayout()
     read = layout.read_columns(columns)
+    if empty is empty_arrays:
+        # the blocks in flight, the one being consumed and the one its last batch came from
+        empty = BlockPool(keep=threads + 3)
     pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="scalelab-parquet")
     pending: deque[tuple[concurrent.futures.Future, int]] = deque()
     try:
