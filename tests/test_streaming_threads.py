@@ -210,3 +210,22 @@ def test_block_pool_reuses_only_memory_nobody_views() -> None:
     # beyond ``keep`` buffers in use, new memory is allocated and not kept
     more = [pool(specs)[0] for _ in range(2)]
     assert len({a.ctypes.data for a in (z, bigger, *more)}) == 4 and len(pool._buffers) == 2
+
+
+def test_row_groups_decoded_into_the_system_pool_read_as_parquet_file_does(
+    store: DirFileSystem, shards: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from scalelab.store.streaming import threaded
+
+    path = f"{shards}/part-00003.parquet"
+    with store.open(path, "rb") as f:
+        footer = pq.ParquetFile(f).metadata
+        expected = pq.ParquetFile(f).read_row_group(2, columns=["label", "row"])
+        before = threaded.DECODE_POOL.bytes_allocated()
+        table = threaded.read_row_group(f, footer, 2, ["label", "row"])
+        assert threaded.DECODE_POOL.bytes_allocated() > before  # decoded into the system pool
+        assert table.equals(expected) and table.column_names == ["label", "row"]
+        assert threaded.read_row_group(f, footer, 2, None).num_columns == 3
+        # a pyarrow without the private reader: ParquetFile, the same table
+        monkeypatch.setattr(threaded, "_ParquetReader", None)
+        assert threaded.read_row_group(f, footer, 2, ["label", "row"]).equals(expected)

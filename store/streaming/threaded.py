@@ -38,10 +38,17 @@ import os
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import fsspec
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
+
+try:  # ParquetFile's reader: unlike ParquetFile, it takes a memory pool
+    from pyarrow._parquet import ParquetReader as _ParquetReader
+except ImportError:  # pragma: no cover - a pyarrow without it reads through ParquetFile
+    _ParquetReader = None
 
 from scalelab.store.errors import StoreError
 from scalelab.store.streaming.blocks import (
@@ -125,6 +132,48 @@ def _footer(
     return metadata
 
 
+#: Arrow's allocator for what the threads decode: the system's (``malloc``). pyarrow's default,
+#: mimalloc, keeps the pages each decoding thread frees for a while: about 40 MiB more PSS in
+#: ``bench/stream_peers.py`` (Million Song, 2 threads), and no faster.
+DECODE_POOL = pa.system_memory_pool()
+
+
+def leaf_indices(footer: pq.FileMetaData, columns: Sequence[str] | None) -> list[int] | None:
+    """The Parquet leaf columns of the top-level ``columns`` (a struct or list column has
+    several), in the order of ``columns``; None for all."""
+    if columns is None:
+        return None
+    paths = [footer.schema.column(i).path for i in range(footer.num_columns)]
+    return [
+        i for name in columns for i, p in enumerate(paths) if p == name or p.startswith(name + ".")
+    ]
+
+
+def read_row_group(
+    source: Any, footer: pq.FileMetaData, group: int, columns: Sequence[str] | None
+) -> pa.Table:
+    """Row group ``group`` of the open Parquet file ``source`` (footer ``footer``), columns
+    ``columns`` (None: all), decoded in this thread into :data:`DECODE_POOL`'s memory.
+
+    pyarrow's ``ParquetFile`` takes no memory pool; its reader class does (used where this
+    pyarrow has it as pyarrow 26 does, else ``ParquetFile`` on pyarrow's default pool).
+    """
+    # use_threads=False: the caller's pool is the parallelism; Arrow's own threads would only
+    # compete with it (and cost more CPU per byte). pre_buffer=False: no second copy of the
+    # row group's raw bytes.
+    if _ParquetReader is not None:
+        reader = _ParquetReader(DECODE_POOL)
+        try:
+            reader.open(source, metadata=footer, pre_buffer=False)
+        except TypeError:
+            pass  # another pyarrow's private reader: the public one below
+        else:
+            indices = leaf_indices(footer, columns)
+            return reader.read_row_group(group, column_indices=indices, use_threads=False)
+    parquet = pq.ParquetFile(source, metadata=footer, pre_buffer=False)
+    return parquet.read_row_group(group, columns=columns, use_threads=False)
+
+
 #: Rows of a row group turned into arrays at a time while a block is written: a stack's
 #: row-major copy (``to_tensor``) is this many rows (about 3 MiB for 90 float64 columns), never
 #: a whole row group, before it is scattered into the block.
@@ -148,13 +197,10 @@ def _decode(
     start = 0
     for shard, group in task.units:
         with fs.open(shards[shard], "rb") as f:
-            parquet = pq.ParquetFile(f, metadata=footers[shard], pre_buffer=False)
-            # use_threads=False: this pool is the parallelism; Arrow's own threads would only
-            # compete with it (and cost more CPU per byte).
-            table = parquet.read_row_group(group, columns=columns, use_threads=False)
+            table = read_row_group(f, footers[shard], group, columns)
         for batch in table.to_batches():
             for offset in range(0, batch.num_rows, CHUNK_ROWS):
-                part = batch_arrays(batch.slice(offset, CHUNK_ROWS), layout)
+                part = batch_arrays(batch.slice(offset, CHUNK_ROWS), layout, DECODE_POOL)
                 if block is None:
                     block = empty_block(part, task.rows, layout, empty)
                 start = write_rows(block, part, start, destination)
