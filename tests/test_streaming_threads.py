@@ -8,6 +8,7 @@ them. Nothing is mocked.
 
 from __future__ import annotations
 
+import io
 import threading
 
 import numpy as np
@@ -210,6 +211,8 @@ def test_block_pool_reuses_only_memory_nobody_views() -> None:
     # beyond ``keep`` buffers in use, new memory is allocated and not kept
     more = [pool(specs)[0] for _ in range(2)]
     assert len({a.ctypes.data for a in (z, bigger, *more)}) == 4 and len(pool._buffers) == 2
+    names, empty = pool([((3,), np.dtype(object)), ((0, 2), np.dtype("float32"))])
+    assert names.dtype == object and list(names) == [None] * 3 and empty.shape == (0, 2)
 
 
 def test_row_groups_decoded_into_the_system_pool_read_as_parquet_file_does(
@@ -226,6 +229,16 @@ def test_row_groups_decoded_into_the_system_pool_read_as_parquet_file_does(
         assert threaded.DECODE_POOL.bytes_allocated() > before  # decoded into the system pool
         assert table.equals(expected) and table.column_names == ["label", "row"]
         assert threaded.read_row_group(f, footer, 2, None).num_columns == 3
+        # a local store's file is read again natively (no Python call per column chunk)
+        with threaded.native_file(f) as native:
+            assert isinstance(native, pa.NativeFile)
+            assert threaded.read_row_group(native, footer, 2, ["label", "row"]).equals(expected)
+        assert native.closed
+        # a file without a descriptor (as a remote store's): read through the file object
+        data = io.BytesIO(store.cat_file(path))
+        with threaded.native_file(data) as native:
+            assert native is None
+            assert threaded.read_row_group(data, footer, 2, ["label", "row"]).equals(expected)
         # a pyarrow without the private reader: ParquetFile, the same table
         monkeypatch.setattr(threaded, "_ParquetReader", None)
         assert threaded.read_row_group(f, footer, 2, ["label", "row"]).equals(expected)

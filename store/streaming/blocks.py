@@ -33,6 +33,10 @@ def empty_arrays(specs: Sequence[tuple[tuple[int, ...], np.dtype]]) -> list[np.n
     return [np.empty(shape, dtype) for shape, dtype in specs]
 
 
+def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
 class BlockPool:
     """An :data:`Allocator` that reuses the memory of blocks nobody holds any more.
 
@@ -43,7 +47,8 @@ class BlockPool:
     largest asked for so far. At most ``keep`` buffers are kept; beyond them (a consumer holding
     on to many batches) new memory is allocated and freed as usual. Reusing the same few buffers
     keeps a stream's memory flat: the allocator neither faults in fresh pages for every block
-    nor keeps freed blocks' memory as fragments. Thread-safe.
+    nor keeps freed blocks' memory as fragments. Arrays of Python objects (strings) get
+    ordinary memory. Thread-safe.
     """
 
     ALIGN = 64
@@ -61,17 +66,20 @@ class BlockPool:
         return sys.getrefcount(buffers[index])
 
     def __call__(self, specs: Sequence[tuple[tuple[int, ...], np.dtype]]) -> list[np.ndarray]:
-        offsets, need = [], 0
+        offsets: list[int | None] = []
+        need = 0
         for shape, dtype in specs:
+            if np.dtype(dtype).hasobject:  # Python objects (strings): never raw memory
+                offsets.append(None)
+                continue
             offsets.append(need)
-            size = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-            need += -(-size // self.ALIGN) * self.ALIGN
+            need += -(-_nbytes(shape, dtype) // self.ALIGN) * self.ALIGN
         with self._lock:
             buffer = self._take(need)
             return [
-                buffer[o : o + int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize]
-                .view(dtype)
-                .reshape(shape)
+                np.empty(shape, dtype)
+                if o is None
+                else buffer[o : o + _nbytes(shape, dtype)].view(dtype).reshape(shape)
                 for o, (shape, dtype) in zip(offsets, specs, strict=True)
             ]
 
@@ -205,8 +213,8 @@ def stacked_dtype(
     return layout.out_dtype(np.result_type(*dtypes))
 
 
-def stack_columns(columns: Mapping[str, np.ndarray], names: Sequence[str]) -> np.ndarray:
-    """Columns ``names`` (1-D, equal length) as one C-contiguous ``(rows, len(names))`` array.
+def check_stackable(columns: Mapping[str, np.ndarray], names: Sequence[str]) -> None:
+    """Refuse to stack columns ``names`` of ``columns`` that are not 1-D numbers or booleans.
 
     Raises
     ------
@@ -220,7 +228,72 @@ def stack_columns(columns: Mapping[str, np.ndarray], names: Sequence[str]) -> np
                 "stack only number or boolean columns"
             )
     stacked_dtype([columns[n].dtype for n in names], BlockLayout(), names)
+
+
+def stack_columns(columns: Mapping[str, np.ndarray], names: Sequence[str]) -> np.ndarray:
+    """Columns ``names`` (1-D, equal length) as one C-contiguous ``(rows, len(names))`` array.
+
+    Raises
+    ------
+    StoreError
+        A column is not 1-D (e.g. a fixed-size binary image) or not a number.
+    """
+    check_stackable(columns, names)
     return np.stack([columns[n] for n in names], axis=1)
+
+
+def empty_column_block(
+    columns: Mapping[str, np.ndarray], rows: int, layout: BlockLayout, empty: Allocator
+) -> dict[str, np.ndarray]:
+    """A block of ``rows`` rows, not yet written, for reads of columns like ``columns``.
+
+    ``columns`` is one read's columns, each under its own name
+    (:func:`~scalelab.store.streaming.parquet_stream.table_columns`). The block has, as
+    :func:`build_block`'s, the unstacked columns under their names, then each stack of
+    ``layout`` as one ``(rows, k)`` array under its key, all allocated in one call of ``empty``.
+
+    Raises
+    ------
+    StoreError
+        A stacked column is not a 1-D number or boolean column.
+    """
+    specs = [
+        ((rows, *a.shape[1:]), layout.out_dtype(a.dtype))
+        for name, a in columns.items()
+        if name not in layout.stacked
+    ]
+    names = [name for name in columns if name not in layout.stacked]
+    for key, members in layout.stack:
+        check_stackable(columns, members)
+        dtype = stacked_dtype([columns[n].dtype for n in members], layout, members)
+        specs.append(((rows, len(members)), dtype))
+        names.append(key)
+    return dict(zip(names, empty(specs), strict=True))
+
+
+def write_columns(
+    block: Mapping[str, np.ndarray],
+    columns: Mapping[str, np.ndarray],
+    layout: BlockLayout,
+    start: int,
+    destination: np.ndarray | None,
+) -> int:
+    """Write one read's ``columns`` as rows ``start ..`` of the concatenated reads into ``block``
+    (from :func:`empty_column_block`): each unstacked column to its array, each stacked column
+    straight into its column of its stack (no row-major copy of the read in between).
+
+    ``destination`` as :func:`build_block`'s. Returns ``start`` plus the read's rows.
+    """
+    n = len(next(iter(columns.values())))
+    rows = slice(start, start + n) if destination is None else destination[start : start + n]
+    for name, values in columns.items():
+        if name not in layout.stacked:
+            block[name][rows] = values
+    for key, members in layout.stack:
+        target = block[key]
+        for j, name in enumerate(members):
+            target[rows, j] = columns[name]
+    return start + n
 
 
 def build_block(

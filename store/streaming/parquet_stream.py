@@ -232,13 +232,10 @@ def _drain(
     return build_block(parts, destination, layout, empty)
 
 
-def batch_arrays(
-    batch: pa.RecordBatch, layout: BlockLayout, memory_pool: pa.MemoryPool | None = None
-) -> dict[str, np.ndarray]:
+def batch_arrays(batch: pa.RecordBatch, layout: BlockLayout) -> dict[str, np.ndarray]:
     """One read as arrays: unstacked columns (:func:`table_columns`), then each stack as a
     row-major ``(rows, k)`` array in its final dtype's kind (built by Arrow's
-    ``RecordBatch.to_tensor`` in ``memory_pool``, None: Arrow's default, when the columns are
-    numbers without nulls, else by NumPy).
+    ``RecordBatch.to_tensor`` when the columns are numbers without nulls, else by NumPy).
 
     Raises
     ------
@@ -254,7 +251,7 @@ def batch_arrays(
         numeric = all(pa.types.is_integer(t) or pa.types.is_floating(t) for t in types)
         if numeric and not any(c.null_count for c in sub.columns):
             dtype = stacked_dtype([np.dtype(t.to_pandas_dtype()) for t in types], layout, members)
-            rows = np.asarray(sub.to_tensor(row_major=True, memory_pool=memory_pool))
+            rows = np.asarray(sub.to_tensor(row_major=True))
             out[key] = rows if rows.dtype.kind == dtype.kind else rows.astype(dtype)
         else:
             out[key] = stack_columns(table_columns(sub), members)

@@ -16,24 +16,25 @@ The plan, for one reader (one DataLoader worker of one rank, or the main process
    than that is a task alone);
 4. each task is decoded by one thread and written once, its rows permuted (a permutation drawn
    from the same generator, in task order, before the task starts), into one block of arrays
-   (:func:`~scalelab.store.streaming.blocks.write_rows`), row group by row group;
+   (:func:`~scalelab.store.streaming.blocks.write_columns`), row group by row group;
 5. blocks are yielded in task order, whichever thread finishes first, so the order depends
    only on the seed, the epoch and the reader's place, never on the threads' timing.
 
 Memory: at most ``threads + 1`` tasks are submitted and not yet yielded, each of at most
 ``buffer_rows + (largest row group's rows) - 1`` rows; :class:`~.parquet_stream.BufferStats`
 counts the rows of the submitted, not yet yielded tasks. A thread allocates its task's block
-once and writes each row group into it as soon as Arrow has decoded it, then drops the decoded
-row group: besides its block it holds one decoded row group and :data:`CHUNK_ROWS` rows of a
-stack's row-major copy. Blocks come from a :class:`~.blocks.BlockPool` of ``threads + 3``
-buffers (the tasks in flight, the block being cut into batches and the one its last batch came
-from), reused once no batch of theirs is held, so the stream's memory stays flat. Nothing
-depends on the number or total size of the shards.
+once and writes each row group into it as soon as Arrow has decoded it (stacked columns
+straight into their place in the stack), then drops it: besides its block it holds one
+decoded row group, nothing more. Blocks come from a :class:`~.blocks.BlockPool` of
+``threads + 3`` buffers (the tasks in flight, the block being cut into batches and the one its
+last batch came from), reused once no batch of theirs is held, so the stream's memory stays
+flat. Nothing depends on the number or total size of the shards.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -56,10 +57,10 @@ from scalelab.store.streaming.blocks import (
     BlockLayout,
     BlockPool,
     empty_arrays,
-    empty_block,
-    write_rows,
+    empty_column_block,
+    write_columns,
 )
-from scalelab.store.streaming.parquet_stream import BufferStats, batch_arrays, check_columns
+from scalelab.store.streaming.parquet_stream import BufferStats, check_columns, table_columns
 
 #: Most decoding threads ``threads=None`` starts (more rarely pays: the training loop needs a core).
 MAX_AUTO_THREADS = 4
@@ -149,6 +150,30 @@ def leaf_indices(footer: pq.FileMetaData, columns: Sequence[str] | None) -> list
     ]
 
 
+@contextlib.contextmanager
+def native_file(f: Any) -> Iterator[pa.NativeFile | None]:
+    """An Arrow file reading the same file as the open file object ``f`` without Python, or None.
+
+    Where ``f`` is a file of this machine's disks (it has a ``fileno``) and Linux shows it in
+    ``/proc/self/fd``, the same open file is opened again natively: Arrow then reads the row
+    group's bytes with the GIL released. Through ``f`` itself, Arrow calls ``f.read`` once per
+    column chunk, each time taking the GIL from the training loop (two thirds of the decoding
+    threads' time waited for it on the Million Song bench). The file is the one the store's
+    ``open`` checked (the descriptor, not the path, is reopened). Remote stores' files (S3,
+    HDFS) have no ``fileno``: None, and Arrow reads through ``f``.
+    """
+    try:
+        fd = f.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        fd = None
+    path = None if fd is None else os.path.join(os.sep, "proc", "self", "fd", str(fd))
+    if path is None or not os.path.exists(path):
+        yield None
+        return
+    with pa.OSFile(path, "rb", memory_pool=DECODE_POOL) as native:
+        yield native
+
+
 def read_row_group(
     source: Any, footer: pq.FileMetaData, group: int, columns: Sequence[str] | None
 ) -> pa.Table:
@@ -174,12 +199,6 @@ def read_row_group(
     return parquet.read_row_group(group, columns=columns, use_threads=False)
 
 
-#: Rows of a row group turned into arrays at a time while a block is written: a stack's
-#: row-major copy (``to_tensor``) is this many rows (about 3 MiB for 90 float64 columns), never
-#: a whole row group, before it is scattered into the block.
-CHUNK_ROWS = 4096
-
-
 def _decode(
     fs: fsspec.AbstractFileSystem,
     shards: Sequence[str],
@@ -191,20 +210,20 @@ def _decode(
     empty: Allocator,
 ) -> dict[str, np.ndarray]:
     # The block is allocated once, at the first rows, and each row group is written into it
-    # (permuted) as soon as it is decoded, then dropped: a thread holds its block, one decoded
-    # row group and CHUNK_ROWS of stacked rows, never all of a task's row groups twice.
+    # (permuted, stacked columns straight into their place) as soon as it is decoded, then
+    # dropped: a thread holds its block and one decoded row group, nothing more.
     block: dict[str, np.ndarray] | None = None
     start = 0
     for shard, group in task.units:
-        with fs.open(shards[shard], "rb") as f:
-            table = read_row_group(f, footers[shard], group, columns)
+        with fs.open(shards[shard], "rb") as f, native_file(f) as native:
+            table = read_row_group(native or f, footers[shard], group, columns)
         for batch in table.to_batches():
-            for offset in range(0, batch.num_rows, CHUNK_ROWS):
-                part = batch_arrays(batch.slice(offset, CHUNK_ROWS), layout, DECODE_POOL)
+            if batch.num_rows:
+                arrays = table_columns(batch)  # zero-copy views of the decoded row group
                 if block is None:
-                    block = empty_block(part, task.rows, layout, empty)
-                start = write_rows(block, part, start, destination)
-                del part
+                    block = empty_column_block(arrays, task.rows, layout, empty)
+                start = write_columns(block, arrays, layout, start, destination)
+                del arrays
             del batch
         del table  # freed before the next row group is decoded
     if block is None or start != task.rows:
