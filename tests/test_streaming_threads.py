@@ -8,6 +8,7 @@ them. Nothing is mocked.
 
 from __future__ import annotations
 
+import io
 import threading
 
 import numpy as np
@@ -19,6 +20,7 @@ from torch.utils.data import DataLoader
 
 from scalelab.store import StoreError
 from scalelab.store.streaming import TorchParquetDataset
+from scalelab.store.streaming.blocks import BlockPool
 from scalelab.store.streaming.threaded import plan_tasks
 from tests import test_streaming
 
@@ -182,3 +184,61 @@ def test_tf_dataset_threads_every_row_once_same_seed_same_order(
     assert sorted(epoch(1, threads=0)) == list(range(ROWS))  # the one-thread buffer still reads all
     with pytest.raises(ValueError, match="threads must be None"):
         tf_dataset(shards, store=store, threads="2")
+
+
+def test_block_pool_reuses_only_memory_nobody_views() -> None:
+    import torch
+
+    pool = BlockPool(keep=2)
+    specs = [((100, 3), np.dtype("float64")), ((100,), np.dtype("int64"))]
+    x, ids = pool(specs)
+    assert x.shape == (100, 3) and ids.shape == (100,) and ids.dtype == np.int64
+    assert not np.shares_memory(x, ids)  # one buffer, separate arrays
+    first = x.ctypes.data
+    x[:] = 1.0
+    held = torch.from_numpy(x[10:20])  # a batch the consumer keeps: a view of a view
+    del x, ids
+    y, _ = pool(specs)
+    assert y.ctypes.data != first, "memory a tensor still views is never handed out again"
+    y[:] = 2.0
+    assert bool((held == 1.0).all())
+    del held
+    z, _ = pool(specs)  # both buffers kept (keep=2); the first is free again
+    assert z.ctypes.data == first
+    del y
+    (bigger,) = pool([((500, 3), np.dtype("float64"))])  # too large for the free buffer
+    assert bigger.ctypes.data != first and bigger.nbytes == 500 * 3 * 8
+    # beyond ``keep`` buffers in use, new memory is allocated and not kept
+    more = [pool(specs)[0] for _ in range(2)]
+    assert len({a.ctypes.data for a in (z, bigger, *more)}) == 4 and len(pool._buffers) == 2
+    names, empty = pool([((3,), np.dtype(object)), ((0, 2), np.dtype("float32"))])
+    assert names.dtype == object and list(names) == [None] * 3 and empty.shape == (0, 2)
+
+
+def test_row_groups_decoded_into_the_system_pool_read_as_parquet_file_does(
+    store: DirFileSystem, shards: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from scalelab.store.streaming import threaded
+
+    path = f"{shards}/part-00003.parquet"
+    with store.open(path, "rb") as f:
+        footer = pq.ParquetFile(f).metadata
+        expected = pq.ParquetFile(f).read_row_group(2, columns=["label", "row"])
+        before = threaded.DECODE_POOL.bytes_allocated()
+        table = threaded.read_row_group(f, footer, 2, ["label", "row"])
+        assert threaded.DECODE_POOL.bytes_allocated() > before  # decoded into the system pool
+        assert table.equals(expected) and table.column_names == ["label", "row"]
+        assert threaded.read_row_group(f, footer, 2, None).num_columns == 3
+        # a local store's file is read again natively (no Python call per column chunk)
+        with threaded.native_file(f) as native:
+            assert isinstance(native, pa.NativeFile)
+            assert threaded.read_row_group(native, footer, 2, ["label", "row"]).equals(expected)
+        assert native.closed
+        # a file without a descriptor (as a remote store's): read through the file object
+        data = io.BytesIO(store.cat_file(path))
+        with threaded.native_file(data) as native:
+            assert native is None
+            assert threaded.read_row_group(data, footer, 2, ["label", "row"]).equals(expected)
+        # a pyarrow without the private reader: ParquetFile, the same table
+        monkeypatch.setattr(threaded, "_ParquetReader", None)
+        assert threaded.read_row_group(f, footer, 2, ["label", "row"]).equals(expected)

@@ -12,6 +12,8 @@ with a single ``np.take`` of whole rows.
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -29,6 +31,72 @@ FLOAT_DTYPES = ("float16", "float32", "float64")
 def empty_arrays(specs: Sequence[tuple[tuple[int, ...], np.dtype]]) -> list[np.ndarray]:
     """``np.empty`` for each ``(shape, dtype)`` of ``specs``: the default :data:`Allocator`."""
     return [np.empty(shape, dtype) for shape, dtype in specs]
+
+
+def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+class BlockPool:
+    """An :data:`Allocator` that reuses the memory of blocks nobody holds any more.
+
+    Each call takes one buffer for all the arrays it allocates (each aligned to 64 bytes): a
+    buffer of the pool that no array views any more (in NumPy every view of a buffer, and every
+    ``torch.from_numpy`` tensor of such a view, holds a reference to it, so its reference count
+    says when the last batch of a block was dropped), else a new one, at least as large as the
+    largest asked for so far. At most ``keep`` buffers are kept; beyond them (a consumer holding
+    on to many batches) new memory is allocated and freed as usual. Reusing the same few buffers
+    keeps a stream's memory flat: the allocator neither faults in fresh pages for every block
+    nor keeps freed blocks' memory as fragments. Arrays of Python objects (strings) get
+    ordinary memory. Thread-safe.
+    """
+
+    ALIGN = 64
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._buffers: list[np.ndarray] = []
+        self._largest = 0
+        self._lock = threading.Lock()
+        probe = [np.empty(0, np.uint8)]
+        self._idle = self._refs(probe, 0)
+
+    @staticmethod
+    def _refs(buffers: list[np.ndarray], index: int) -> int:
+        return sys.getrefcount(buffers[index])
+
+    def __call__(self, specs: Sequence[tuple[tuple[int, ...], np.dtype]]) -> list[np.ndarray]:
+        offsets: list[int | None] = []
+        need = 0
+        for shape, dtype in specs:
+            if np.dtype(dtype).hasobject:  # Python objects (strings): never raw memory
+                offsets.append(None)
+                continue
+            offsets.append(need)
+            need += -(-_nbytes(shape, dtype) // self.ALIGN) * self.ALIGN
+        with self._lock:
+            buffer = self._take(need)
+            return [
+                np.empty(shape, dtype)
+                if o is None
+                else buffer[o : o + _nbytes(shape, dtype)].view(dtype).reshape(shape)
+                for o, (shape, dtype) in zip(offsets, specs, strict=True)
+            ]
+
+    def _take(self, need: int) -> np.ndarray:
+        self._largest = max(self._largest, need)
+        small = None
+        for i in range(len(self._buffers)):
+            if self._refs(self._buffers, i) <= self._idle:
+                if self._buffers[i].nbytes >= need:
+                    return self._buffers[i]
+                small = i
+        buffer = np.empty(max(self._largest, 1), np.uint8)
+        if len(self._buffers) < self.keep:
+            self._buffers.append(buffer)
+        elif small is not None:
+            self._buffers[small] = buffer
+        return buffer
 
 
 @dataclass(frozen=True)
@@ -145,8 +213,8 @@ def stacked_dtype(
     return layout.out_dtype(np.result_type(*dtypes))
 
 
-def stack_columns(columns: Mapping[str, np.ndarray], names: Sequence[str]) -> np.ndarray:
-    """Columns ``names`` (1-D, equal length) as one C-contiguous ``(rows, len(names))`` array.
+def check_stackable(columns: Mapping[str, np.ndarray], names: Sequence[str]) -> None:
+    """Refuse to stack columns ``names`` of ``columns`` that are not 1-D numbers or booleans.
 
     Raises
     ------
@@ -160,7 +228,72 @@ def stack_columns(columns: Mapping[str, np.ndarray], names: Sequence[str]) -> np
                 "stack only number or boolean columns"
             )
     stacked_dtype([columns[n].dtype for n in names], BlockLayout(), names)
+
+
+def stack_columns(columns: Mapping[str, np.ndarray], names: Sequence[str]) -> np.ndarray:
+    """Columns ``names`` (1-D, equal length) as one C-contiguous ``(rows, len(names))`` array.
+
+    Raises
+    ------
+    StoreError
+        A column is not 1-D (e.g. a fixed-size binary image) or not a number.
+    """
+    check_stackable(columns, names)
     return np.stack([columns[n] for n in names], axis=1)
+
+
+def empty_column_block(
+    columns: Mapping[str, np.ndarray], rows: int, layout: BlockLayout, empty: Allocator
+) -> dict[str, np.ndarray]:
+    """A block of ``rows`` rows, not yet written, for reads of columns like ``columns``.
+
+    ``columns`` is one read's columns, each under its own name
+    (:func:`~scalelab.store.streaming.parquet_stream.table_columns`). The block has, as
+    :func:`build_block`'s, the unstacked columns under their names, then each stack of
+    ``layout`` as one ``(rows, k)`` array under its key, all allocated in one call of ``empty``.
+
+    Raises
+    ------
+    StoreError
+        A stacked column is not a 1-D number or boolean column.
+    """
+    specs = [
+        ((rows, *a.shape[1:]), layout.out_dtype(a.dtype))
+        for name, a in columns.items()
+        if name not in layout.stacked
+    ]
+    names = [name for name in columns if name not in layout.stacked]
+    for key, members in layout.stack:
+        check_stackable(columns, members)
+        dtype = stacked_dtype([columns[n].dtype for n in members], layout, members)
+        specs.append(((rows, len(members)), dtype))
+        names.append(key)
+    return dict(zip(names, empty(specs), strict=True))
+
+
+def write_columns(
+    block: Mapping[str, np.ndarray],
+    columns: Mapping[str, np.ndarray],
+    layout: BlockLayout,
+    start: int,
+    destination: np.ndarray | None,
+) -> int:
+    """Write one read's ``columns`` as rows ``start ..`` of the concatenated reads into ``block``
+    (from :func:`empty_column_block`): each unstacked column to its array, each stacked column
+    straight into its column of its stack (no row-major copy of the read in between).
+
+    ``destination`` as :func:`build_block`'s. Returns ``start`` plus the read's rows.
+    """
+    n = len(next(iter(columns.values())))
+    rows = slice(start, start + n) if destination is None else destination[start : start + n]
+    for name, values in columns.items():
+        if name not in layout.stacked:
+            block[name][rows] = values
+    for key, members in layout.stack:
+        target = block[key]
+        for j, name in enumerate(members):
+            target[rows, j] = columns[name]
+    return start + n
 
 
 def build_block(
@@ -194,15 +327,43 @@ def build_block(
     """
     first = parts[0]
     total = sum(len(next(iter(p.values()))) for p in parts) if first else 0
-    specs = [((total, *a.shape[1:]), layout.out_dtype(a.dtype)) for a in first.values()]
-    out = dict(zip(first, empty(specs), strict=True))
-    for name, values in out.items():
-        start = 0
-        for part in parts:
-            chunk = part[name]
-            if destination is None:
-                values[start : start + len(chunk)] = chunk
-            else:
-                values[destination[start : start + len(chunk)]] = chunk
-            start += len(chunk)
+    out = empty_block(first, total, layout, empty)
+    start = 0
+    for part in parts:
+        start = write_rows(out, part, start, destination)
     return out
+
+
+def empty_block(
+    like: Mapping[str, np.ndarray], rows: int, layout: BlockLayout, empty: Allocator = empty_arrays
+) -> dict[str, np.ndarray]:
+    """A block of ``rows`` rows, not yet written, for reads shaped like ``like``.
+
+    The names, shapes per row and dtypes (after ``layout``'s ``float_dtype``) of ``like`` (a
+    read, as :func:`build_block`'s ``parts``); all arrays allocated in one call of ``empty``.
+    """
+    specs = [((rows, *a.shape[1:]), layout.out_dtype(a.dtype)) for a in like.values()]
+    return dict(zip(like, empty(specs), strict=True))
+
+
+def write_rows(
+    block: Mapping[str, np.ndarray],
+    part: Mapping[str, np.ndarray],
+    start: int,
+    destination: np.ndarray | None,
+) -> int:
+    """Write the read ``part`` as rows ``start ..`` of the concatenated reads into ``block``.
+
+    ``destination`` as :func:`build_block`'s: None writes them to rows ``start ..`` of every
+    array, else row ``start + i`` goes to row ``destination[start + i]`` (cast to the block's
+    dtypes on the way). Returns ``start`` plus the part's rows.
+    """
+    end = start
+    for name, values in block.items():
+        chunk = part[name]
+        end = start + len(chunk)
+        if destination is None:
+            values[start:end] = chunk
+        else:
+            values[destination[start:end]] = chunk
+    return end

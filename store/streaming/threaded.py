@@ -16,30 +16,51 @@ The plan, for one reader (one DataLoader worker of one rank, or the main process
    than that is a task alone);
 4. each task is decoded by one thread and written once, its rows permuted (a permutation drawn
    from the same generator, in task order, before the task starts), into one block of arrays
-   (:func:`~scalelab.store.streaming.blocks.build_block`);
+   (:func:`~scalelab.store.streaming.blocks.write_columns`), row group by row group;
 5. blocks are yielded in task order, whichever thread finishes first, so the order depends
    only on the seed, the epoch and the reader's place, never on the threads' timing.
 
 Memory: at most ``threads + 1`` tasks are submitted and not yet yielded, each of at most
-``buffer_rows + (largest row group's rows) - 1`` rows, held up to twice while it is decoded
-(Arrow's columns and the block); :class:`~.parquet_stream.BufferStats` counts the rows of the
-submitted, not yet yielded tasks. Nothing depends on the number or total size of the shards.
+``buffer_rows + (largest row group's rows) - 1`` rows; :class:`~.parquet_stream.BufferStats`
+counts the rows of the submitted, not yet yielded tasks. A thread allocates its task's block
+once and writes each row group into it as soon as Arrow has decoded it (stacked columns
+straight into their place in the stack), then drops it: besides its block it holds one
+decoded row group, nothing more. Blocks come from a :class:`~.blocks.BlockPool` of
+``threads + 3`` buffers (the tasks in flight, the block being cut into batches and the one its
+last batch came from), reused once no batch of theirs is held, so the stream's memory stays
+flat. Nothing depends on the number or total size of the shards.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import fsspec
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from scalelab.store.streaming.blocks import Allocator, BlockLayout, build_block, empty_arrays
-from scalelab.store.streaming.parquet_stream import BufferStats, batch_arrays, check_columns
+try:  # ParquetFile's reader: unlike ParquetFile, it takes a memory pool
+    from pyarrow._parquet import ParquetReader as _ParquetReader
+except ImportError:  # pragma: no cover - a pyarrow without it reads through ParquetFile
+    _ParquetReader = None
+
+from scalelab.store.errors import StoreError
+from scalelab.store.streaming.blocks import (
+    Allocator,
+    BlockLayout,
+    BlockPool,
+    empty_arrays,
+    empty_column_block,
+    write_columns,
+)
+from scalelab.store.streaming.parquet_stream import BufferStats, check_columns, table_columns
 
 #: Most decoding threads ``threads=None`` starts (more rarely pays: the training loop needs a core).
 MAX_AUTO_THREADS = 4
@@ -112,6 +133,73 @@ def _footer(
     return metadata
 
 
+#: Arrow's allocator for what the threads decode: the system's (``malloc``). pyarrow's default,
+#: mimalloc, keeps the pages each decoding thread frees for a while: about 40 MiB more PSS in
+#: ``bench/stream_peers.py`` (Million Song, 2 threads), and no faster.
+DECODE_POOL = pa.system_memory_pool()
+
+
+def leaf_indices(footer: pq.FileMetaData, columns: Sequence[str] | None) -> list[int] | None:
+    """The Parquet leaf columns of the top-level ``columns`` (a struct or list column has
+    several), in the order of ``columns``; None for all."""
+    if columns is None:
+        return None
+    paths = [footer.schema.column(i).path for i in range(footer.num_columns)]
+    return [
+        i for name in columns for i, p in enumerate(paths) if p == name or p.startswith(name + ".")
+    ]
+
+
+@contextlib.contextmanager
+def native_file(f: Any) -> Iterator[pa.NativeFile | None]:
+    """An Arrow file reading the same file as the open file object ``f`` without Python, or None.
+
+    Where ``f`` is a file of this machine's disks (it has a ``fileno``) and Linux shows it in
+    ``/proc/self/fd``, the same open file is opened again natively: Arrow then reads the row
+    group's bytes with the GIL released. Through ``f`` itself, Arrow calls ``f.read`` once per
+    column chunk, each time taking the GIL from the training loop (on the Million Song bench a
+    third of the decoding threads' time went to these reads, half of it waiting for the GIL,
+    and each read made a Python copy of the bytes). The file is the one the store's
+    ``open`` checked (the descriptor, not the path, is reopened). Remote stores' files (S3,
+    HDFS) have no ``fileno``: None, and Arrow reads through ``f``.
+    """
+    try:
+        fd = f.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        fd = None
+    path = None if fd is None else os.path.join(os.sep, "proc", "self", "fd", str(fd))
+    if path is None or not os.path.exists(path):
+        yield None
+        return
+    with pa.OSFile(path, "rb", memory_pool=DECODE_POOL) as native:
+        yield native
+
+
+def read_row_group(
+    source: Any, footer: pq.FileMetaData, group: int, columns: Sequence[str] | None
+) -> pa.Table:
+    """Row group ``group`` of the open Parquet file ``source`` (footer ``footer``), columns
+    ``columns`` (None: all), decoded in this thread into :data:`DECODE_POOL`'s memory.
+
+    pyarrow's ``ParquetFile`` takes no memory pool; its reader class does (used where this
+    pyarrow has it as pyarrow 26 does, else ``ParquetFile`` on pyarrow's default pool).
+    """
+    # use_threads=False: the caller's pool is the parallelism; Arrow's own threads would only
+    # compete with it (and cost more CPU per byte). pre_buffer=False: no second copy of the
+    # row group's raw bytes.
+    if _ParquetReader is not None:
+        reader = _ParquetReader(DECODE_POOL)
+        try:
+            reader.open(source, metadata=footer, pre_buffer=False)
+        except TypeError:
+            pass  # another pyarrow's private reader: the public one below
+        else:
+            indices = leaf_indices(footer, columns)
+            return reader.read_row_group(group, column_indices=indices, use_threads=False)
+    parquet = pq.ParquetFile(source, metadata=footer, pre_buffer=False)
+    return parquet.read_row_group(group, columns=columns, use_threads=False)
+
+
 def _decode(
     fs: fsspec.AbstractFileSystem,
     shards: Sequence[str],
@@ -122,15 +210,30 @@ def _decode(
     layout: BlockLayout,
     empty: Allocator,
 ) -> dict[str, np.ndarray]:
-    parts = []
+    # The block is allocated once, at the first rows, and each row group is written into it
+    # (permuted, stacked columns straight into their place) as soon as it is decoded, then
+    # dropped: a thread holds its block and one decoded row group, nothing more.
+    block: dict[str, np.ndarray] | None = None
+    start = 0
     for shard, group in task.units:
-        with fs.open(shards[shard], "rb") as f:
-            parquet = pq.ParquetFile(f, metadata=footers[shard], pre_buffer=False)
-            # use_threads=False: this pool is the parallelism; Arrow's own threads would only
-            # compete with it (and cost more CPU per byte).
-            table = parquet.read_row_group(group, columns=columns, use_threads=False)
-        parts.extend(batch_arrays(b, layout) for b in table.to_batches() if b.num_rows)
-    return build_block(parts, destination, layout, empty)
+        with fs.open(shards[shard], "rb") as f, native_file(f) as native:
+            source = f if native is None else native
+            table = read_row_group(source, footers[shard], group, columns)
+        for batch in table.to_batches():
+            if batch.num_rows:
+                arrays = table_columns(batch)  # zero-copy views of the decoded row group
+                if block is None:
+                    block = empty_column_block(arrays, task.rows, layout, empty)
+                start = write_columns(block, arrays, layout, start, destination)
+                del arrays
+            del batch
+        del table  # freed before the next row group is decoded
+    if block is None or start != task.rows:
+        raise StoreError(
+            f"{[shards[s] for s, _ in task.units]}: {start} rows decoded where the footers "
+            f"promised {task.rows}; a shard changed while it was read: start the epoch again"
+        )
+    return block
 
 
 def iter_threaded(
@@ -174,6 +277,9 @@ def iter_threaded(
     stats = stats if stats is not None else BufferStats()
     layout = layout if layout is not None else BlockLayout()
     read = layout.read_columns(columns)
+    if empty is empty_arrays:
+        # the blocks in flight, the one being consumed and the one its last batch came from
+        empty = BlockPool(keep=threads + 3)
     pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="scalelab-parquet")
     pending: deque[tuple[concurrent.futures.Future, int]] = deque()
     try:
