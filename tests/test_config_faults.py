@@ -146,7 +146,8 @@ def test_doctor_reports_a_syntax_error_as_a_failed_check_and_runs_the_others(tmp
         (
             BAD_VALUE,
             "scalelab: error: the configuration is not valid: GPUPolicy.group_limits['ml']: "
-            "unknown key(s) ['max_gpu']; allowed: ['max_gpus_per_server', 'max_gpus_per_user']. "
+            "unknown key(s) ['max_gpu']; allowed: ['max_gpus_per_application', "
+            "'max_gpus_per_server', 'max_gpus_per_user']. "
             "Correct that setting in {config}; `scalelab config-reference` lists every setting "
             "with its type.",
         ),
