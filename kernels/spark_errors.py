@@ -330,6 +330,8 @@ def _rank_failed(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> 
     task = _FAILED_TASK.search(text)
     partition = int(task.group(2)) if task else None
     outputs = _task_outputs(text)
+    # The task Spark names may be a rank that only lost its peer; a rank is its task's index.
+    partition = torch_ranks.culprit(outputs, partition)
     by_rank = {torch_ranks.rank_of(lines): lines for lines in outputs}
     lines = by_rank.get(partition)
     if lines is None:  # several processes a node: the output with a traceback of its own

@@ -180,6 +180,41 @@ def printed_before(lines: Sequence[str], rank: int, count: int = 3) -> list[str]
     return own[-count:] if count > 0 else []
 
 
+#: What a rank says when it failed only because another rank had gone (its process group lost
+#: the peer): gloo's and NCCL's words, torch.distributed's error for it.
+_PEER_GONE = re.compile(
+    r"Connection closed by peer|Connection reset by peer|caused by a remote worker crashing"
+    r"|Broken pipe|DistNetworkError|NCCL communicator was aborted|ncclRemoteError"
+)
+
+
+def lost_a_peer(lines: Sequence[str], rank: int) -> bool:
+    """Whether rank ``rank``'s last exception in ``lines`` only says that another rank went
+    away (gloo's "Connection closed by peer", NCCL's remote error...): the other rank's failure
+    is the cause, this one a consequence (pure)."""
+    trace = exception_lines(lines, rank)
+    return bool(trace) and bool(_PEER_GONE.search(trace[-1]))
+
+
+def culprit(outputs: Sequence[Sequence[str]], reported: int | None) -> int | None:
+    """The rank whose failure to explain: ``reported`` (the barrier task Spark named as failed)
+    unless its exception only says a peer went away and another rank has a traceback of its
+    own, then that rank (the lowest such). ``reported`` also when no output says more (pure).
+
+    A crashing rank closes its connections; the others' next collective fails with "Connection
+    closed by peer", and whichever task Spark sees fail first is the one it names.
+    """
+    by_rank = {rank_of(lines): lines for lines in outputs}
+    named = by_rank.get(reported)
+    if reported is None or named is None or not lost_a_peer(named, reported):
+        return reported
+    for rank in sorted(r for r in by_rank if r is not None and r != reported):
+        trace = exception_lines(by_rank[rank], rank)
+        if trace and trace[0].startswith("Traceback") and not lost_a_peer(by_rank[rank], rank):
+            return rank
+    return reported
+
+
 def root_cause(lines: Sequence[str]) -> dict[str, str]:
     """torchrun's "Root Cause (first observed failure)" fields in ``lines`` (``host``,
     ``rank``, ``exitcode``...), the last such block's; empty if none."""

@@ -152,6 +152,31 @@ def test_the_failed_rank_is_named_with_its_executor_host_and_exception():
     assert "num_processes=1, local_mode=True" in explanation.fix
 
 
+def test_when_spark_names_the_rank_that_only_lost_its_peer_the_crashed_rank_is_explained():
+    # Regression (fresh-clone run of stop 27): under load rank 0's "Connection closed by peer"
+    # reached Spark before rank 1's own failure, and the cell blamed rank 0.
+    places = "".join(
+        TASK_PLACE.format(partition=p, executor=str(p), host="127.0.0.1") for p in (0, 1)
+    )
+    outputs = "".join(
+        f"\n{OUTPUT_BEGIN}\n" + "\n".join(o) + f"\n{OUTPUT_END}" for o in (NODE_0, NODE_1)
+    )
+    text = CRASH.replace("ResultTask(0, 1)", "ResultTask(0, 0)") + f"\n{places}{outputs}"
+    explanation = explain(text, CLUSTER, {})
+    assert explanation.title.startswith(
+        "rank 1 of the TorchDistributor job failed in executor 1 on 127.0.0.1: "
+        "ValueError: expected a batch of 64 images, got 63."
+    ), explanation.title
+    assert "Connection closed by peer" not in explanation.fix
+
+
+def test_a_rank_that_only_lost_its_peer_is_still_named_when_no_other_rank_says_more():
+    assert torch_ranks.culprit([list(NODE_0)], 0) == 0  # rank 1 left no output: Spark's word stands
+    assert torch_ranks.culprit([list(NODE_0), list(NODE_1)], 0) == 1
+    assert torch_ranks.culprit([list(NODE_0), list(NODE_1)], 1) == 1
+    assert torch_ranks.culprit([], None) is None
+
+
 def test_without_the_ui_the_host_comes_from_torchruns_report():
     place = TASK_PLACE.format(partition=1, executor="1", host="127.0.0.1")
     explanation = explain(_with_context().replace(place, ""), CLUSTER, {})
