@@ -193,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the monitor until stopped; returns 0 when the hub stops it.
 
     The hub stops its services with SIGINT (then SIGTERM): either ends the loop quietly, with
-    one log line instead of a ``KeyboardInterrupt`` traceback in the hub's log.
+    one log line instead of a ``KeyboardInterrupt`` traceback in the hub's log. Both handlers
+    are installed here: a hub started with SIGINT ignored (a shell script's background job)
+    passes SIG_IGN on, and Python then raises no KeyboardInterrupt of its own.
     """
     argv = sys.argv[1:] if argv is None else argv
     settings = json.loads(argv[0])
@@ -210,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     log.info("watching kernels and GPUs every %s s: %s", settings["poll_interval"], monitor.rules)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, _raise_interrupt)
     try:
         while True:
             try:
