@@ -20,6 +20,11 @@ Prints one JSON object:
   seconds per training second: 1.0 is a core all along, less is waiting, for the other rank or
   for a core), ``rank_threads`` (torch's), ``load_avg_at_start`` (1, 5, 15 min);
 - ``scaling_efficiency``: samples/s(2) / (2 x samples/s(1)) (the goal: at least 0.8);
+- ``runs_without_spark``: the same training (the same function, model, shards and batch) on
+  1 and 2 ranks started by ``torch.multiprocessing`` on this machine, no Spark, no torchrun,
+  after the Spark runs: what DDP over gloo itself reaches on these cores, the baseline;
+  ``scaling_efficiency_without_spark`` its efficiency, and ``spark_vs_without_spark`` each
+  Spark run's samples/s over its counterpart's (1.0: Spark costs nothing);
 - ``accuracy_difference``: test accuracy with 2 workers minus with 1;
 - ``epochs``, ``train_rows``, ``global_batch``, ``cluster_start_s``, ``session_start_s``,
   ``torch_threads_per_rank`` (1);
@@ -36,6 +41,8 @@ import argparse
 import contextlib
 import json
 import os
+import pickle
+import socket
 import sys
 import tempfile
 import time
@@ -144,17 +151,8 @@ def accuracy(model: torch.nn.Module, state: dict, images: np.ndarray, labels: np
     return float((predicted.numpy() == labels).mean())
 
 
-def run_once(workers: int, args, store, path: str, test) -> dict:
-    """One TorchDistributor run on ``workers`` ranks; its figures."""
-    from pyspark.ml.torch.distributor import TorchDistributor
-
-    model = lab2_convnet(args.seed)
-    at_start = load_avg()
-    called_at, began = time.time(), time.perf_counter()
-    out = TorchDistributor(num_processes=workers, local_mode=False, use_gpu=False).run(
-        train, model, path, store, args.epochs, args.global_batch, args.seed, called_at
-    )
-    total = time.perf_counter() - began
+def _figures(out: dict, model: torch.nn.Module, test, total: float, at_start) -> dict:
+    """A run's figures from rank 0's answer ``out`` (see the module docstring)."""
     ranks = out["ranks"]
     samples = sum(r["samples"] for r in ranks)
     return {
@@ -172,6 +170,67 @@ def run_once(workers: int, args, store, path: str, test) -> dict:
         "rank_threads": [r["threads"] for r in ranks],
         "load_avg_at_start": at_start,
     }
+
+
+def run_once(workers: int, args, store, path: str, test) -> dict:
+    """One TorchDistributor run on ``workers`` ranks; its figures."""
+    from pyspark.ml.torch.distributor import TorchDistributor
+
+    model = lab2_convnet(args.seed)
+    at_start = load_avg()
+    called_at, began = time.time(), time.perf_counter()
+    out = TorchDistributor(num_processes=workers, local_mode=False, use_gpu=False).run(
+        train, model, path, store, args.epochs, args.global_batch, args.seed, called_at
+    )
+    return _figures(out, model, test, time.perf_counter() - began, at_start)
+
+
+def _rank_without_spark(rank: int, world: int, port: int, answers, train_args: tuple) -> None:
+    """One rank of :func:`run_without_spark` (a process of torch.multiprocessing)."""
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+    )
+    out = train(*train_args)
+    if rank == 0:  # as bytes: a tensor shared by descriptor would go with this process
+        answers.put(pickle.dumps(out))
+
+
+def run_without_spark(workers: int, args, store, path: str, test) -> dict:
+    """The same :func:`train` on ``workers`` ranks that torch.multiprocessing starts on this
+    machine, without Spark or torchrun: what DDP over gloo itself reaches here, the baseline
+    of the Spark runs. Its figures."""
+    import torch.multiprocessing as mp
+
+    model = lab2_convnet(args.seed)
+    context = mp.get_context("spawn")
+    answers = context.SimpleQueue()
+    with socket.socket() as probe:  # a free port for the process group's rendezvous
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    at_start = load_avg()
+    called_at, began = time.time(), time.perf_counter()
+    train_args = (model, path, store, args.epochs, args.global_batch, args.seed, called_at)
+    ranks = [
+        context.Process(target=_rank_without_spark, args=(r, workers, port, answers, train_args))
+        for r in range(workers)
+    ]
+    before = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"  # before the ranks import torch, as Spark's are run
+    try:
+        for process in ranks:
+            process.start()
+    finally:
+        if before is None:
+            del os.environ["OMP_NUM_THREADS"]
+        else:
+            os.environ["OMP_NUM_THREADS"] = before
+    out = pickle.loads(answers.get())
+    for process in ranks:
+        process.join()
+    return _figures(out, model, test, time.perf_counter() - began, at_start)
 
 
 def main() -> None:
@@ -219,6 +278,7 @@ def main() -> None:
                     runs = {str(n): run_once(n, args, store, path, test) for n in (1, 2)}
             finally:
                 spark.stop()
+        bare = {str(n): run_without_spark(n, args, store, path, test) for n in (1, 2)}
     one, two = runs["1"], runs["2"]
     print(
         json.dumps(
@@ -226,6 +286,13 @@ def main() -> None:
                 "scaling_efficiency": round(two["samples_per_s"] / (2 * one["samples_per_s"]), 3),
                 "accuracy_difference": round(two["test_accuracy"] - one["test_accuracy"], 4),
                 "runs": runs,
+                "scaling_efficiency_without_spark": round(
+                    bare["2"]["samples_per_s"] / (2 * bare["1"]["samples_per_s"]), 3
+                ),
+                "spark_vs_without_spark": {
+                    n: round(runs[n]["samples_per_s"] / bare[n]["samples_per_s"], 3) for n in runs
+                },
+                "runs_without_spark": bare,
                 "epochs": args.epochs,
                 "train_rows": train_rows,
                 "global_batch": args.global_batch,
