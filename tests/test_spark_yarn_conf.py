@@ -147,11 +147,11 @@ def test_applications_stage_in_the_students_store_home_when_the_store_is_on_hdfs
     assert staging_dir({"SCALELAB_STORE_URL": "hdfs://nn:8020/course"}) is None
     conf = session_conf({**store, "SCALELAB_SPARK_MASTER": "yarn"}, None)
     assert conf["spark.yarn.stagingDir"] == "hdfs://nn:8020/course/home"
-    ops = json.dumps({"spark.yarn.stagingDir": "hdfs:///tmp/staging"})
+    ops = json.dumps({"spark.yarn.stagingDir": "hdfs:///apps/spark/staging"})
     conf = session_conf(
         {**store, "SCALELAB_SPARK_MASTER": "yarn", "SCALELAB_SPARK_CONF": ops}, None
     )
-    assert conf["spark.yarn.stagingDir"] == "hdfs:///tmp/staging"
+    assert conf["spark.yarn.stagingDir"] == "hdfs:///apps/spark/staging"
     assert "spark.yarn.stagingDir" not in session_conf(store, None)  # local[*]
 
 

@@ -135,7 +135,7 @@ def test_kerberos_ticket_cache_location():
     assert ticket_cache({"KRB5CCNAME": "FILE:/run/user/1000/krb5cc"}, 1000) == (
         "/run/user/1000/krb5cc"
     )
-    assert ticket_cache({"KRB5CCNAME": "/tmp/mine"}, 1000) == "/tmp/mine"
+    assert ticket_cache({"KRB5CCNAME": "/home/alice/krb5cc"}, 1000) == "/home/alice/krb5cc"
     assert ticket_cache({"KRB5CCNAME": "KEYRING:persistent:1000"}, 1000) is None
 
 
