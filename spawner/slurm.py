@@ -50,6 +50,7 @@ from traitlets import Dict, Float, Unicode, default, observe, validate
 
 from scalelab.common.gpu_inventory import GPU, GPUInventory
 from scalelab.common.gpu_source import ServerReports
+from scalelab.spawner import start_watch
 from scalelab.spawner.course import CourseSpawnerMixin
 from scalelab.spawner.ledger import Holding, LedgerError
 from scalelab.spawner.slurm_jobs import (
@@ -489,17 +490,13 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
             Whether it listens; False after ``http_timeout`` seconds (the hub's check then tells
             the student, as without this wait).
         """
-        deadline = time.monotonic() + self.http_timeout
-        while True:
-            try:
-                _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout=5)
-            except (OSError, TimeoutError):
-                if time.monotonic() >= deadline:
-                    return False
-                await asyncio.sleep(LISTEN_CHECK_S)
-                continue
-            writer.close()
-            return True
+        try:  # the job's process is on another node: only the port can end the wait
+            await start_watch.wait_listening(
+                host, port, lambda: None, self.http_timeout, interval_s=LISTEN_CHECK_S
+            )
+        except TimeoutError:
+            return False
+        return True
 
     async def cancel_batch_job(self):
         if self.job_id:  # nothing submitted yet: nothing to cancel

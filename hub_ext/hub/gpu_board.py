@@ -92,13 +92,7 @@ def board_model(
         for server, status in statuses.items()
     ]
     spark = [
-        {
-            "server": grant.server,
-            "user": grant.user,
-            "application": grant.application,
-            "gpus": grant.gpus,
-            "since": _iso(grant.since),
-        }
+        {**grant.to_json(), "user": grant.user, "since": _iso(grant.since)}
         for grant in allocator.spark.all()
     ]
     return {"source": inventory.source, "gpus": gpus, "queue": queue, "spark": spark}

@@ -327,43 +327,15 @@ def build_block(
     """
     first = parts[0]
     total = sum(len(next(iter(p.values()))) for p in parts) if first else 0
-    out = empty_block(first, total, layout, empty)
-    start = 0
-    for part in parts:
-        start = write_rows(out, part, start, destination)
+    specs = [((total, *a.shape[1:]), layout.out_dtype(a.dtype)) for a in first.values()]
+    out = dict(zip(first, empty(specs), strict=True))
+    for name, values in out.items():
+        start = 0
+        for part in parts:
+            chunk = part[name]
+            if destination is None:
+                values[start : start + len(chunk)] = chunk
+            else:
+                values[destination[start : start + len(chunk)]] = chunk
+            start += len(chunk)
     return out
-
-
-def empty_block(
-    like: Mapping[str, np.ndarray], rows: int, layout: BlockLayout, empty: Allocator = empty_arrays
-) -> dict[str, np.ndarray]:
-    """A block of ``rows`` rows, not yet written, for reads shaped like ``like``.
-
-    The names, shapes per row and dtypes (after ``layout``'s ``float_dtype``) of ``like`` (a
-    read, as :func:`build_block`'s ``parts``); all arrays allocated in one call of ``empty``.
-    """
-    specs = [((rows, *a.shape[1:]), layout.out_dtype(a.dtype)) for a in like.values()]
-    return dict(zip(like, empty(specs), strict=True))
-
-
-def write_rows(
-    block: Mapping[str, np.ndarray],
-    part: Mapping[str, np.ndarray],
-    start: int,
-    destination: np.ndarray | None,
-) -> int:
-    """Write the read ``part`` as rows ``start ..`` of the concatenated reads into ``block``.
-
-    ``destination`` as :func:`build_block`'s: None writes them to rows ``start ..`` of every
-    array, else row ``start + i`` goes to row ``destination[start + i]`` (cast to the block's
-    dtypes on the way). Returns ``start`` plus the part's rows.
-    """
-    end = start
-    for name, values in block.items():
-        chunk = part[name]
-        end = start + len(chunk)
-        if destination is None:
-            values[start:end] = chunk
-        else:
-            values[destination[start:end]] = chunk
-    return end
