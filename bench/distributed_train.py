@@ -46,8 +46,8 @@ Prints one JSON object:
   bench's own wall and CPU seconds (:class:`bench._run_info.RunInfo`).
 
 Usage: ``.venv/bin/python bench/distributed_train.py`` (all 60,000 training images, 2 epochs,
-3 seeds: about half an hour on two cores); ``--quick``: 2 of the 6 training shards (20,000
-images), about 8 minutes; ``--seeds 1`` for one run of each.
+3 seeds: about 25 minutes on two cores); ``--quick``: 2 of the 6 training shards (20,000
+images), about 11 minutes; ``--seeds 1`` for one run of each.
 """
 
 from __future__ import annotations
@@ -137,8 +137,10 @@ def train(model, path, store, epochs, global_batch, seed, called_at, total_steps
     # layer's 1.6 MB start over gloo while the convolutions' backward still runs. Without
     # Spark, alternating: 2,182-2,569 samples/s on two ranks (6 runs) against 1,945-2,464
     # with DDP's defaults (3 runs), each rank busy 0.79-0.99 of its time against 0.73-0.94.
+    # forward_sync_buffers is torch 2.13's name for it (broadcast_buffers is deprecated); it
+    # still syncs the buffers once, at the start, as the weights.
     ddp = torch.nn.parallel.DistributedDataParallel(
-        model, broadcast_buffers=False, bucket_cap_mb=0.5
+        model, forward_sync_buffers=False, bucket_cap_mb=0.5
     )
     per_rank = global_batch // world
     # threads=0: the rank reads its shards in its own thread, so each rank is one thread, as the
