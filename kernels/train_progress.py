@@ -175,12 +175,14 @@ class TrainingProgress:
         row = {"epoch": line.get("epoch"), "rank": line.get("rank")}
         row.update(line.get("figures") or {})
         row["at_s"] = round(time.monotonic() - self._started, 1)
+        # The update is sent under the lock too: ranks report the same epoch at the same moment
+        # (each connection has its own thread), and a table built first but sent last would
+        # replace the newer one (seen: rank 1's row missing from a finished 2-rank job's table).
         with self._lock:
             self.rows.append(row)
             self.rows.sort(key=lambda r: (r["epoch"], r["rank"]))
-            shown = table(self.rows)
-        if self._handle is not None:
-            self._handle.update(shown, raw=True)
+            if self._handle is not None:
+                self._handle.update(table(self.rows), raw=True)
 
     def __enter__(self) -> TrainingProgress:
         progress = self

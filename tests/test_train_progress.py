@@ -88,3 +88,44 @@ def test_a_reporter_used_in_the_kernel_itself_does_not_hold_up_leaving():
         while not progress.rows and time.monotonic() < deadline:
             time.sleep(0.05)
     assert [r["loss"] for r in progress.rows] == [1.0] and progress._reading == 0
+
+
+class _SlowFirstDisplay:
+    """A display handle whose first update is slow to go out (as a busy kernel's can be): it
+    waits until another report has been taken, or 0.5 s, then sends."""
+
+    def __init__(self, other_taken):
+        self.sent: list[str] = []
+        self.other_taken = other_taken
+        self.calls = 0
+
+    def update(self, shown, raw):
+        self.calls += 1
+        if self.calls == 1:
+            self.other_taken.wait(0.5)
+        self.sent.append(shown["text/plain"])
+
+
+def test_the_last_table_shown_holds_every_rank_when_two_report_at_once():
+    """Regression: two ranks' reports of one epoch arrive together (a thread a connection); the
+    table with rank 0 alone was built first but sent last, so the notebook's finished table
+    lacked rank 1 (Lab 3's 2-worker run in a full suite)."""
+    import threading
+
+    other_taken = threading.Event()
+    progress = TrainingProgress(host="127.0.0.1")
+    progress._handle = _SlowFirstDisplay(other_taken)  # instead of IPython's display handle
+
+    def report(rank):
+        progress.add({"token": progress.token, "rank": rank, "epoch": 0, "figures": {"loss": 1}})
+
+    first = threading.Thread(target=report, args=(0,))
+    first.start()
+    deadline = time.monotonic() + 5
+    while not progress.rows and time.monotonic() < deadline:
+        time.sleep(0.01)
+    report(1)
+    other_taken.set()
+    first.join(5)
+    last = progress._handle.sent[-1].splitlines()
+    assert [line.split()[1] for line in last[1:]] == ["0", "1"], progress._handle.sent

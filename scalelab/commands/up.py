@@ -563,8 +563,8 @@ def _reap_orphans(hub_pid: int) -> None:
 
 
 def _say(text: str, out: IO[str]) -> None:
-    """Print a line about stopping; after SIGHUP the terminal may be gone (EIO), which must not
-    turn a clean stop into a traceback."""
+    """Print lines once the hub runs (the banner, stopping); the terminal may be gone (EIO, a
+    hang-up), which must not turn a clean run or stop into a traceback."""
     try:
         print(text, file=out, flush=True)
     except OSError:
@@ -835,22 +835,21 @@ def _serve(
                     file=out,
                 )
                 return 1
-            if hint:
-                print(hint, file=out)
-            print(f"\nScaleLab is running at {url}", file=out)
-            print(f"  Log in with any user name and the password: {password}", file=out)
+            banner = [hint] if hint else []
+            banner += [
+                f"\nScaleLab is running at {url}",
+                f"  Log in with any user name and the password: {password}",
+            ]
             if generated:
-                print(
-                    "  (generated for this run; set SCALELAB_PASSWORD or --password to choose it)",
-                    file=out,
+                banner.append(
+                    "  (generated for this run; set SCALELAB_PASSWORD or --password to choose it)"
                 )
-            print(f"  Course store: {settings.store_url}", file=out)
-            print(f"  {identity.banner}", file=out)
-            for line in found_lines(earlier, servers_before, hub.servers()):
-                print(f"  {line}", file=out)
-            print(
-                "  Press Ctrl-C to stop the hub and every server it started.", file=out, flush=True
-            )
+            banner += [f"  Course store: {settings.store_url}", f"  {identity.banner}"]
+            banner += [f"  {line}" for line in found_lines(earlier, servers_before, hub.servers())]
+            banner.append("  Press Ctrl-C to stop the hub and every server it started.")
+            # The hub runs from here on: a terminal closed while this is written (EIO) must
+            # stop it as a hang-up does, not end up with an exception (status 1).
+            _say("\n".join(banner), out)
             recorded: set[int] = set()
             while not stop.is_set() and proc.poll() is None:
                 known = _descendants(proc.pid) or known
