@@ -310,7 +310,7 @@ NO_CRED = (
     'GSSAPIError(GssMajorCodes { raw: "0x00070000", calling_error: "none", routine_error: '
     '"GSS_S_NO_CRED", supplementary_info: "0x0000" }, 2529639053, "No credentials were supplied, '
     "or the credentials were unavailable or inaccessible: No Kerberos credentials available "
-    '(default cache: FILE:/tmp/none)")'
+    '(default cache: FILE:/home/alice/krb5cc-none)")'
 )
 EXPIRED = (
     'GSSAPIError(GssMajorCodes { raw: "0x000d0000", calling_error: "none", routine_error: '
@@ -320,7 +320,7 @@ EXPIRED = (
 
 
 def _login(**env: str) -> KerberosLogin:
-    return KerberosLogin.from_environ({"KRB5CCNAME": "FILE:/tmp/cc-alice", **env}, 1000)
+    return KerberosLogin.from_environ({"KRB5CCNAME": "FILE:/home/alice/krb5cc", **env}, 1000)
 
 
 def test_a_missing_or_expired_ticket_from_hdfs_native_is_one_line_naming_kinit():
@@ -332,7 +332,7 @@ def test_a_missing_or_expired_ticket_from_hdfs_native_is_one_line_naming_kinit()
     missing = ticket_failure(RuntimeError(NO_CRED), login)
     expired = ticket_failure(RuntimeError(EXPIRED), login)
     assert isinstance(missing, KerberosTicketError) and isinstance(expired, KerberosTicketError)
-    assert "there is none in the ticket cache FILE:/tmp/cc-alice" in str(missing)
+    assert "there is none in the ticket cache FILE:/home/alice/krb5cc" in str(missing)
     assert "has expired" in str(expired)
     for error in (missing, expired):
         assert kinit in str(error) and "\n" not in str(error) and "GssMajorCodes" not in str(error)
