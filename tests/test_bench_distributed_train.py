@@ -58,7 +58,7 @@ def test_the_learning_rate_decays_from_one_to_zero_and_stays_there():
     assert cosine_factor(150, 100) == pytest.approx(0.0)  # not back up (no restarts)
 
 
-def test_each_rank_without_spark_trains_its_own_copy_of_the_model(course_store, tmp_path):
+def test_each_rank_without_spark_trains_its_own_copy_of_the_model(course_store):
     """Regression: the baseline handed the module itself to torch.multiprocessing, which moved
     its tensors to shared memory, so both ranks stepped one set of weights and BatchNorm
     buffers: a BatchNorm layer counted 264 and 315 batches in a run of 157 steps a rank."""
