@@ -21,7 +21,7 @@ debs+=(python3-venv)
 #    Slurm (GPU servers on a university cluster, spawner/slurm.py): the controller, the node
 #    daemon, the client commands (sbatch, squeue, scancel, sacct) and MUNGE, its authentication;
 #    slurmdbd and MariaDB's server and client core (no service: the tests start their own) for
-#    Slurm's accounting (sacct). tests/slurmcluster.py starts a two-node cluster of them.
+#    Slurm's accounting (sacct). tests/support/slurmcluster.py starts a two-node cluster of them.
 debs+=(slurm-wlm slurmctld slurmd slurm-client slurmdbd munge)
 debs+=(mariadb-server-core mariadb-client-core)
 command -v npm >/dev/null || debs+=(nodejs npm)

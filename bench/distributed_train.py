@@ -5,7 +5,8 @@ own cell) with the same starting weights, the same data (Fashion-MNIST's trainin
 in a course store made from ``../shared/data``) and the same global batch, trained by pyspark's
 ``TorchDistributor`` (``torch.distributed`` over gloo, CPU) on 1 and then 2 ranks. The cluster is
 a master and two workers of one core each started from pyspark's ``spark-class``
-(``tests/sparkcluster.py``, as the tests do); each rank runs one torch thread. Each rank streams
+(``tests/support/sparkcluster.py``, as the tests do); each rank runs one torch thread. Each rank
+streams
 its own shards with ``TorchParquetDataset`` (rank and world size from the process group), in
 its own thread (``threads=0``: no decoding threads), so a rank is one thread in all.
 
@@ -78,7 +79,7 @@ from scalelab.hub_ext.labs.release import MARKERS
 from scalelab.kernels.spark_session import build_session, session_conf
 from scalelab.store import DATASETS, fetch_dataset, open_store
 from scalelab.store.datasets.shards import read_idx
-from tests.sparkcluster import standalone_cluster  # the same cluster as the tests'
+from tests.support.sparkcluster import standalone_cluster  # the same cluster as the tests'
 
 REPO = Path(__file__).resolve().parents[1]
 LAB2 = REPO / "notebooks" / "lab2_fashion_mnist_convnet.ipynb"

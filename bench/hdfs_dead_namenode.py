@@ -1,6 +1,7 @@
 """Seconds until a call on a dead namenode fails: hdfs-native's own retries against ScaleLab's.
 
-A real namenode (the HDFS test cluster, ``tests/hadoopcluster.py``, simple authentication) is
+A real namenode (the HDFS test cluster, ``tests/support/hadoopcluster.py``, simple authentication)
+is
 started, written to through a student's store (``student_store``, ``hdfs://``), then stopped, so
 its port refuses connections, as a namenode whose process is gone does. Then ``store.ls`` is timed
 until it raises, with:
@@ -35,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._run_info import RunInfo, vm_hwm
-from tests.hadoopcluster import HadoopTestCluster, missing_reason
+from tests.support.hadoopcluster import HadoopTestCluster, missing_reason
 
 
 def _mib(pid: int) -> float | None:

@@ -1,6 +1,6 @@
 """Benchmark: streaming Parquet shards from HDFS into training, against a raw read of the bytes.
 
-The script starts ScaleLab's HDFS test cluster itself (``tests/hadoopcluster.py``: one
+The script starts ScaleLab's HDFS test cluster itself (``tests/support/hadoopcluster.py``: one
 namenode and one datanode in one JVM on loopback; ``./install.sh`` builds it), writes Parquet
 shards in the Million Song schema (``year`` and 90 float64 features ``f01`` .. ``f90``, 728
 bytes a row; uncompressed) into it through the ``hdfs://`` store (hdfs-native), and stops the
@@ -212,7 +212,7 @@ def mib(n: float) -> float:
 
 def measure(args: argparse.Namespace) -> dict:
     """Start the cluster, write the shards, run the rounds; the report (see the module)."""
-    from tests.hadoopcluster import HadoopTestCluster, missing_reason
+    from tests.support.hadoopcluster import HadoopTestCluster, missing_reason
 
     reason = missing_reason()
     if reason is not None:

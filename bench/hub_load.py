@@ -63,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._run_info import RunInfo, vm_hwm
 from scalelab.commands.up import find_proxy, free_port
-from tests.hubproc import PlainHub  # the same harness as the integration tests
+from tests.support.hubproc import PlainHub  # the same harness as the integration tests
 
 TINY = """
 c.ScaleLabSpawner.cmd = [{python!r}, {tiny!r}]
@@ -100,7 +100,8 @@ GPU_BOARD_PATHS = ["/scalelab/gpus"]
 
 
 class BareHub(PlainHub):
-    """A plain JupyterHub (``BARE``) run by :class:`~tests.hubproc.PlainHub`'s start and close."""
+    """A plain JupyterHub (``BARE``) run by :class:`~tests.support.hubproc.PlainHub`'s start and
+    close."""
 
     def __init__(self, state: Path, tiny: str, batch: int):
         self.state = state

@@ -66,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._run_info import RunInfo, cpu_seconds, tree, tree_cpu_seconds, tree_peak_rss, vm_hwm
 from scalelab import envvars
 from scalelab.kernels.specs import install_kernelspecs
-from tests.kernelrun import Kernel
+from tests.support.kernelrun import Kernel
 
 MASTER = "local[2]"
 DRIVER_MEMORY = "1g"

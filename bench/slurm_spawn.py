@@ -1,6 +1,6 @@
 """Benchmark: REST POST -> ready server through Slurm, ScaleLab's spawner against batchspawner's.
 
-Starts the real two-node Slurm of ``tests/slurmcluster.py`` (4 GPUs as GRES; needs root and
+Starts the real two-node Slurm of ``tests/support/slurmcluster.py`` (4 GPUs as GRES; needs root and
 Debian's slurm-wlm, see install.sh) and two real hubs on ScaleLab's generated configuration:
 one with ``ScaleLabSlurmSpawner`` (profile ``gpu-1``: ``--gres=gpu:1``), one with batchspawner's
 plain ``SlurmSpawner`` asking the same (``req_gres = "gpu:1"``), the same server command, the
@@ -36,8 +36,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._run_info import RunInfo
-from tests.hubproc import PlainHub, progress_events
-from tests.slurmcluster import SlurmTestCluster, missing_commands
+from tests.support.hubproc import PlainHub, progress_events
+from tests.support.slurmcluster import SlurmTestCluster, missing_commands
 
 COMMON = """
 c.{cls}.exec_prefix = ""

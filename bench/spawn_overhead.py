@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._run_info import RunInfo, tree_cpu_seconds
-from tests.hubproc import PlainHub  # the same harness as the integration tests
+from tests.support.hubproc import PlainHub  # the same harness as the integration tests
 
 BASELINE = """
 c.JupyterHub.spawner_class = "jupyterhub.spawner.SimpleLocalProcessSpawner"

@@ -1,6 +1,6 @@
 """The test cluster's start, memory and stop (hadoop/testcluster, as the tests start it), as JSON.
 
-Starts ``tests/hadoopcluster.HadoopTestCluster`` (HDFS; with ``--yarn N`` also YARN with N
+Starts ``tests/support/hadoopcluster.HadoopTestCluster`` (HDFS; with ``--yarn N`` also YARN with N
 NodeManagers) ``--runs`` times in a temporary folder and prints, per run and as medians:
 ``start_s`` (the JVM's start to its ready line), ``rss_mib`` (the JVM's resident memory 5 s
 after ready, idle), ``peak_rss_mib`` (its high-water mark, ``VmHWM``, at that time) and
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.hadoopcluster import HadoopTestCluster, missing_reason
+from tests.support.hadoopcluster import HadoopTestCluster, missing_reason
 
 
 def status_kib(pid: int, field: str) -> int:

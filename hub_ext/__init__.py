@@ -10,7 +10,4 @@
   server: the store drive, the labs page, live logs, notices;
 - :mod:`scalelab.hub_ext.labs` -- the course labs: the instructor's release tool and their
   delivery into a student's home.
-
-``scalelab.hub_ext.serverext`` and ``scalelab.hub_ext.gpu_board`` are the old module paths,
-kept for one release with a deprecation warning.
 """

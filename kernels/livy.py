@@ -11,7 +11,8 @@ Ops set, in ``jupyterhub_config.py``::
 and each single-user server gets sparkmagic's ``config.json`` (:func:`sparkmagic_config`) and
 two more kernelspecs (:func:`sparkmagic_kernelspecs`). Ops' session settings go into
 sparkmagic's ``session_configs_defaults``, which sparkmagic (0.23, checked against a mock Livy
-in ``tests/test_livy_kernel.py``) merges recursively *under* ``session_configs``, the key that
+in ``tests/integration/hub/test_livy_kernel.py``) merges recursively *under* ``session_configs``,
+the key that
 a student's ``%%configure`` replaces wholesale: a student's ``%%configure -f {"executorMemory":
 "4g"}`` adds to ops' queue and ``conf`` instead of replacing them. The merge is sparkmagic's;
 it is reproduced by :func:`effective_session` only to show ops what a session will get.

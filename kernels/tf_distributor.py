@@ -18,8 +18,8 @@ Keras 3's ``Model.fit`` does not run under ``MultiWorkerMirroredStrategy`` (it f
 open; reproduced here with TensorFlow 2.21 and Keras 3.15): the training function uses a custom
 loop, ``strategy.run`` of a step under ``tf.function`` with ``tf.nn.compute_average_loss``
 (TensorFlow's "Custom training with tf.distribute.Strategy" tutorial), with Keras layers,
-losses and optimizers built in ``strategy.scope()``. See the README's "TensorFlow on the
-cluster".
+losses and optimizers built in ``strategy.scope()``. See docs/students-guide.md,
+"Data-parallel TensorFlow".
 
 The barrier stage needs ``num_workers`` task slots at once; with fewer, Spark's own check fails
 and :mod:`scalelab.kernels.spark_errors` explains it with the cluster's numbers.

@@ -3,8 +3,8 @@
 One way in: :func:`configure` installs ScaleLab into a hub configuration (``scalelab up`` and
 an operator's own ``jupyterhub_config.py`` both end with ``scalelab.configure(c)``).
 
-Subpackages, each run by one kind of process (README.md, "Layout", maps them onto the
-repository's folders and says which may import which):
+Subpackages, each run by one kind of process (docs/architecture.md, "Layout", maps them onto
+the repository's folders and says which may import which):
 
 - :mod:`scalelab.commands` -- the ``scalelab`` command's verbs (:mod:`scalelab.cli`);
 - :mod:`scalelab.hub_ext` -- the hub process (``hub``), hub services (``services``), the

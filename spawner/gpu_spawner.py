@@ -121,21 +121,6 @@ def check_spawn_settings(config: Config, settings: Mapping[str, Any], where: str
     source_class(chosen, bool(settings.get("declared_gpus")))(config=config)  # its c.<Source>
 
 
-def validate_config(config: Config) -> None:
-    """Check ``ScaleLabSpawner``'s GPU settings (deprecated, kept for one release:
-    :func:`scalelab.spawner.validation.validate_spawner_config` checks them and refuses
-    misspelt setting names too).
-
-    Raises
-    ------
-    traitlets.TraitError, ValueError
-        As :func:`check_spawn_settings`.
-    """
-    names = ("GPUSpawnerMixin", "CourseSpawnerMixin", "ScaleLabSpawner")
-    settings = {key: value for name in names for key, value in config.get(name, {}).items()}
-    check_spawn_settings(config, settings, "c.ScaleLabSpawner")
-
-
 def format_wait(seconds: float) -> str:
     """``"about 25 min"``, ``"under a minute"``, ``"unknown"``."""
     if math.isinf(seconds):

@@ -1,6 +1,6 @@
 """The GPU queue: fair order, positions and estimated waits (pure logic, no I/O).
 
-The rule (documented for students and ops in the README):
+The rule (documented for students and ops in docs/students-guide.md and docs/operators-guide.md):
 
     Requests are served first come, first served. To be fair to light users, each request's
     place in line is its arrival time plus ``fair_share_s_per_gpu_hour`` (default 300 s) for

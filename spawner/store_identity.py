@@ -356,7 +356,7 @@ class S3KeyFile(StoreIdentity):
                                                       "<prefix>/datasets/*"]}}}]}
 
     On SeaweedFS, the identity's actions (:func:`seaweedfs_actions`; checked against a real
-    SeaweedFS 4.48 in ``tests/test_store_s3_isolation.py``)::
+    SeaweedFS 4.48 in ``tests/integration/s3/test_store_s3_isolation.py``)::
 
         ["Read:<bucket>/<prefix>/home/alice/*", "Write:<bucket>/<prefix>/home/alice/*",
          "List:<bucket>/<prefix>/home/alice/*",
@@ -536,8 +536,9 @@ class HDFSUserIdentity(StoreIdentity):
 
     Any identity in the hub's options (``user``, ``proxy_to``, ``token``, ``password``, and
     ``kerberos``/``kerb_ticket`` in simple mode) is replaced. Tested without a namenode
-    (``tests/test_store_identity.py``) and, simple mode, on the HDFS test cluster
-    (``tests/test_store_hdfs_cluster.py``: the student's files are theirs, and the namenode
+    (``tests/unit/test_store_identity.py``) and, simple mode, on the HDFS test cluster
+    (``tests/integration/hadoop/test_store_hdfs_cluster.py``: the student's files are theirs, and
+    the namenode
     refuses ``datasets/`` and another student's home to a client without ScaleLab's guard).
     """
 

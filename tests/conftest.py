@@ -1,6 +1,12 @@
-"""Shared fixtures: the real data sets (../shared/data), a course store, ScaleLab's kernelspecs,
-the HDFS and YARN test cluster (``tests/hadoopcluster.py``) and the Slurm test cluster
-(``tests/slurmcluster.py``)."""
+"""Markers from folders, and shared fixtures: the real data sets (../shared/data), a course store,
+ScaleLab's kernelspecs, the HDFS and YARN test cluster (``tests/support/hadoopcluster.py``) and
+the Slurm test cluster (``tests/support/slurmcluster.py``).
+
+A test's folder is its kind (docs/contributing: "Tests by kind"): ``unit/`` (no marker),
+``integration/<engine>/`` (``integration`` and the engine: ``hub``, ``spark``, ``hadoop``, ``s3``,
+``slurm``, ``kube``), ``browser/`` (``browser``), ``labs/`` (``lab``); ``support/`` holds the
+harnesses. A unit test that carries a kind's marker is an error at collection.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +19,66 @@ import pytest
 
 from scalelab.kernels import install_kernelspecs
 from scalelab.store import DATASETS, fetch_dataset, open_store
-from tests.hadoopcluster import HadoopTestCluster, running_cluster
-from tests.slurmcluster import DEBIAN_PACKAGES, SlurmTestCluster, missing_commands
-from tests.sparkcluster import standalone_cluster
+from tests.support.hadoopcluster import HadoopTestCluster, running_cluster
+from tests.support.slurmcluster import DEBIAN_PACKAGES, SlurmTestCluster, missing_commands
+from tests.support.sparkcluster import standalone_cluster
+from tests.support.workgroups import GroupScheduling, start_rank
 
-REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+#: The markers each folder gives its tests (``integration/<engine>/`` adds the engine's too).
+FOLDER_MARKERS = {
+    "unit": (),
+    "integration": ("integration",),
+    "browser": ("browser",),
+    "labs": ("lab",),
+}
+#: Every marker that names a kind of test or an engine (pyproject.toml declares them).
+KIND_MARKERS = frozenset(
+    {"integration", "browser", "lab", "hub", "spark", "hadoop", "s3", "slurm", "kube"}
+)
 #: The course's real data sets, beside the repository (see ../shared/data/README.md).
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def folder_markers(path: Path) -> tuple[str, ...]:
+    """The markers of a test file at ``path`` under ``tests/``, from its folder.
+
+    Raises ``pytest.UsageError`` for a test file outside the kinds' folders.
+    """
+    parts = path.resolve().relative_to(TESTS).parts
+    if len(parts) < 2 or parts[0] not in FOLDER_MARKERS:
+        raise pytest.UsageError(
+            f"{path}: a test file belongs in one of tests/{{{','.join(FOLDER_MARKERS)}}}/"
+        )
+    if parts[0] == "integration":
+        if len(parts) < 3 or parts[1] not in KIND_MARKERS:
+            raise pytest.UsageError(f"{path}: integration tests go in tests/integration/<engine>/")
+        return ("integration", parts[1])
+    return FOLDER_MARKERS[parts[0]]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give each test its folder's markers, start the long units of work first
+    (``tests/support/workgroups.py``); refuse a unit test marked as another kind."""
+    items.sort(key=lambda item: start_rank(item.nodeid))  # stable: file order kept within
+    wrong = []
+    for item in items:
+        markers = folder_markers(Path(item.path))
+        for name in markers:
+            item.add_marker(name)
+        if not markers and KIND_MARKERS & {m.name for m in item.iter_markers()}:
+            wrong.append(item.nodeid)
+    if wrong:
+        raise pytest.UsageError(
+            "unit tests marked as another kind (move them to its folder): " + ", ".join(wrong)
+        )
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log) -> GroupScheduling | None:
+    """``--dist loadgroup`` (pyproject.toml) with the suite's units of work."""
+    return GroupScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None
 
 
 @pytest.fixture(scope="session")
@@ -120,6 +179,6 @@ def _collect_leaks_in_the_test_that_made_them(request: pytest.FixtureRequest):
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Spark standalone master and two workers of 1 core and 1 GiB each, for the module that
-    asks (``tests/sparkcluster.py``); yields the master's URL."""
+    asks (``tests/support/sparkcluster.py``); yields the master's URL."""
     with standalone_cluster(tmp_path_factory.mktemp("cluster"), workers=2) as master:
         yield master

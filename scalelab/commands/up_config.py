@@ -137,6 +137,6 @@ def config_file_text(s: UpSettings, operator_config: str | None) -> str:
         lines.append(f"load_subconfig({str(Path(operator_config).resolve())!r})")
     lines += [
         "import scalelab",
-        "scalelab.configure(c)  # spawner, pages, services, checks, GPU queue: see the README",
+        "scalelab.configure(c)  # spawner, pages, services, checks, GPU queue: docs/",
     ]
     return "\n".join(lines) + "\n"

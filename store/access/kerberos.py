@@ -10,8 +10,9 @@ with the student's principal and keytab, which ops give each server in the envir
 ``SCALELAB_KERBEROS_PRINCIPAL`` (``alice@EXAMPLE.ORG``) and ``SCALELAB_KERBEROS_KEYTAB`` (a
 path), e.g. through ``c.Spawner.environment``; where they are unset the message says so.
 
-Everything here is pure but :func:`ticket_cache_exists`; tested in ``tests/test_store_kerberos.py``
-(against the test cluster's KDC: ``tests/hadoopcluster.py`` with ``kerberos=True``).
+Everything here is pure but :func:`ticket_cache_exists`; tested in
+``tests/integration/hadoop/test_store_kerberos.py``
+(against the test cluster's KDC: ``tests/support/hadoopcluster.py`` with ``kerberos=True``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,75 @@
+"""Data-parallel PyTorch on YARN, from the PySpark kernel (issue 15): pyspark's TorchDistributor
+on the test cluster's ResourceManager and two NodeManagers (``tests/support/hadoopcluster.py``).
+
+The kernel's ``spark`` runs on YARN with ScaleLab's settings only (as in
+``tests/integration/hadoop/test_spark_yarn.py``), its executors sized for a rank: 512 MiB of heap
+and 2560 MiB of
+overhead, a 3 GiB container (the executor's JVM, torchrun and the rank, the last two each
+importing torch, under YARN's physical-memory check). Two ranks, one in each executor's
+container, train over gloo on the student's shards (every sample once per epoch across the
+ranks) and say which YARN container they ran in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.hadoop.test_spark_yarn import yarn_kernel_environment
+from tests.integration.spark.test_torch_distributor import SHARDS, TRAIN
+from tests.support.hadoopcluster import HadoopTestCluster
+from tests.support.kernelrun import Kernel
+
+#: Executors sized for a PyTorch rank (a 3 GiB container each).
+RANK_EXECUTORS = {"spark.executor.memory": "512m", "spark.executor.memoryOverhead": "2560m"}
+
+#: Each rank's YARN container (``CONTAINER_ID``, set by the NodeManager) and host, gathered.
+WHERE = """
+def where():
+    import os, socket
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, os.environ.get("CONTAINER_ID", ""))
+    return everyone if dist.get_rank() == 0 else None
+
+containers = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(where)
+print(json.dumps({"containers": containers, "epoch": run(1)["seen"][0]}))
+"""
+
+
+@pytest.fixture(scope="module")
+def rank_kernel(
+    hdfs_cluster: HadoopTestCluster,
+    kernels_dir: Path,
+    course_store: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Kernel]:
+    """A PySpark kernel on the test cluster's YARN with executors sized for a rank."""
+    folder = tmp_path_factory.mktemp("torch-yarn")
+    env = yarn_kernel_environment(hdfs_cluster, kernels_dir, course_store, folder / "logs")
+    conf = json.loads(env["SCALELAB_SPARK_CONF"])
+    env["SCALELAB_SPARK_CONF"] = json.dumps({**conf, **RANK_EXECUTORS})
+    with Kernel("scalelab-pyspark", env, cwd=str(folder)) as kernel:
+        yield kernel
+
+
+def test_two_ranks_train_in_two_yarn_containers_on_disjoint_shards(rank_kernel: Kernel):
+    shards = rank_kernel.run(SHARDS, timeout_s=300)
+    assert shards["error"] is None, shards
+    rows, _features = eval(shards["result"])
+    assert rank_kernel.run("import json\n" + TRAIN)["error"] is None
+    out = rank_kernel.run(WHERE, timeout_s=600)
+    assert out["error"] is None, out
+    result = json.loads(out["stdout"].strip().splitlines()[-1])
+    containers = result["containers"]
+    assert len(set(containers)) == 2, containers  # one rank in each executor's container
+    assert all(c.startswith("container_") for c in containers), containers
+    ranks = [set(ids) for ids in result["epoch"]]
+    assert all(ranks) and not ranks[0] & ranks[1]  # both ranks worked, on disjoint rows
+    assert sorted(result["epoch"][0] + result["epoch"][1]) == list(range(rows))
+    master = rank_kernel.run("spark.sparkContext.master")
+    assert master["result"] == "'yarn'"

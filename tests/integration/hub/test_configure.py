@@ -1,0 +1,105 @@
+"""``scalelab.configure(c)``: the one way ScaleLab goes into a hub configuration.
+
+Pure tests of what it adds (once, however often it is called), and two real hubs started by plain
+``jupyterhub -f`` from an operator's own file, as the operators' guide gives it: one refuses a
+misspelt setting in one log line, the other serves ScaleLab's pages and services.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+from scalelab.commands.up import find_proxy, free_port
+from tests.unit.test_configure import ROOT
+
+GUIDE = ROOT / "docs" / "operators-guide.md"
+
+
+def _guide_recipe() -> str:
+    """The ``jupyterhub_config.py`` the operators' guide gives for an existing hub."""
+    text = GUIDE.read_text()
+    section = text[text.index("## Installing into an existing JupyterHub") :]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def _hub_file(tmp_path: Path, token: str, port: int, recipe: str) -> Path:
+    """A plain hub's config: ports, database and a test service first, then ``recipe``."""
+    config = tmp_path / "jupyterhub_config.py"
+    config.write_text(
+        f"c.JupyterHub.ip = '127.0.0.1'\nc.JupyterHub.port = {port}\n"
+        f"c.JupyterHub.hub_ip = '127.0.0.1'\nc.JupyterHub.hub_port = {free_port()}\n"
+        f"c.JupyterHub.db_url = 'sqlite:///{tmp_path / 'hub.sqlite'}'\n"
+        f"c.ConfigurableHTTPProxy.command = {find_proxy()!r}\n"
+        f"c.ConfigurableHTTPProxy.api_url = 'http://127.0.0.1:{free_port()}'\n"
+        "c.JupyterHub.authenticator_class = 'null'\n"
+        f"c.JupyterHub.services = [{{'name': 'tests', 'api_token': {token!r}}}]\n"
+        "c.JupyterHub.load_roles = [{'name': 'admin', 'services': ['tests']}]\n" + recipe
+    )
+    return config
+
+
+def _hub(config: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "jupyterhub", "-f", str(config)],
+        cwd=config.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def test_plain_jupyterhub_refuses_a_misspelt_setting_in_one_line(tmp_path: Path):
+    recipe = _guide_recipe().replace("c.ScaleLabSpawner.store_url", "c.ScaleLabSpawner.store_ulr")
+    assert "store_ulr" in recipe
+    hub = _hub(_hub_file(tmp_path, secrets.token_hex(16), free_port(), recipe))
+    output, _ = hub.communicate(timeout=120)
+    hub.stdout.close()
+    assert hub.returncode == 1, output
+    assert (
+        "ScaleLab cannot start: the configuration is not valid: c.ScaleLabSpawner has unknown "
+        "setting(s) ['store_ulr'] (did you mean 'store_ulr' -> 'store_url'?). Correct that "
+        f"setting in {tmp_path / 'jupyterhub_config.py'}" in output
+    )
+    assert "Traceback" not in output
+    assert not (tmp_path / "hub.sqlite").exists()  # nothing started
+
+
+def test_plain_jupyterhub_with_the_guides_recipe_serves_scalelab(tmp_path: Path):
+    token, port = secrets.token_hex(16), free_port()
+    hub = _hub(_hub_file(tmp_path, token, port, _guide_recipe()))
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(hub.stdout), daemon=True)
+    reader.start()
+    auth = {"Authorization": f"token {token}"}
+    try:
+        deadline = time.monotonic() + 120
+        # Both services have called the hub once (a service stopped while it still imports
+        # would print a KeyboardInterrupt), and the hub has its route in the proxy.
+        callers = ("(scalelab-gpu-monitor@", "(scalelab-idle-culler@")
+        while not all(any(c in line for line in list(lines)) for c in callers):
+            assert hub.poll() is None, "".join(lines)
+            assert time.monotonic() < deadline, "the services did not start:\n" + "".join(lines)
+            time.sleep(0.5)
+        board = requests.get(f"http://127.0.0.1:{port}/hub/api/scalelab/gpus", headers=auth)
+        assert board.status_code == 200, board.text
+        assert board.json()["gpus"] == [] and board.json()["queue"] == []
+        url = f"http://127.0.0.1:{port}/hub/api/services"
+        services = requests.get(url, headers=auth, timeout=5)
+        assert {"scalelab-gpu-monitor", "scalelab-idle-culler"} <= set(services.json())
+    finally:
+        hub.send_signal(signal.SIGTERM)
+        hub.wait(timeout=120)
+        reader.join(timeout=10)
+        hub.stdout.close()
+    output = "".join(lines)
+    assert "no GPU: servers run CPU-only" in output  # the inventory at start (start_with_hub)
+    assert "Traceback" not in output, output

@@ -1,0 +1,244 @@
+"""A hostile student on ``scalelab up`` run by root: a system user per student keeps them apart.
+
+A real ``scalelab up`` (no ``--shared-identity``) as root makes ``jupyter-alice`` and
+``jupyter-bob`` on their first start. From alice's PySpark kernel, code tries what the
+isolation drill found open before (issue 11): bob's server token in ``/proc/<pid>/environ``, the
+hub's and the proxy's environment, signalling bob's server, the hub's secrets in the state folder
+(config, cookie secret, database, logs, the operator's ``--config`` file), bob's home, and bob's
+folder in the local course store through the raw file system, ``open_store(url)`` (unguarded;
+``open_store()`` is her guarded view), ``student_store("bob")``, a changed ``JUPYTERHUB_USER``
+and ``store.fs``; writing into ``datasets/``. Each of the :data:`ATTEMPTS` must be refused by
+the operating system; alice's own home, store folder and the data sets keep working.
+
+Needs root, to make system users (CI runs as root): skipped, with that reason, otherwise. The
+users it makes are removed at the end.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import pwd
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+from scalelab.common.processes import pid_runs
+from scalelab.spawner.system_users import NO_LOGIN
+from tests.support.hubproc import ScaleLabUp, execute, server_process
+from tests.support.sysusers import MARKS, remove_users
+
+pytestmark = MARKS
+
+STUDENTS = ("alice", "bob")
+SECRET = "bob's secret answer 42"
+
+#: The whole store, unguarded (an explicit URL), as ops open it: only the OS keeps alice out.
+RAW_STORE = "open_store(os.environ['SCALELAB_STORE_URL'])"
+#: What alice's kernel tries; each entry: (name, Python statement that must raise).
+ATTEMPTS: list[tuple[str, str]] = [
+    ("bob's server environ (API token)", "open(f'/proc/{bob_pid}/environ').read()"),
+    ("the hub's environ (password)", "open(f'/proc/{hub_pid}/environ').read()"),
+    ("the proxy's environ (auth token)", "open(f'/proc/{proxy_pid}/environ').read()"),
+    ("signal bob's server", "os.kill(bob_pid, 0)"),
+    ("list the state folder", "os.listdir(state)"),
+    ("generated jupyterhub_config.py", "open(f'{state}/jupyterhub_config.py').read()"),
+    ("cookie secret", "open(f'{state}/jupyterhub_cookie_secret').read()"),
+    ("hub database", "open(f'{state}/jupyterhub.sqlite', 'rb').read()"),
+    ("hub log", "open(f'{state}/logs/jupyterhub.log').read()"),
+    ("bob's server log", "open(f'{state}/logs/servers/bob/server.log').read()"),
+    ("operator's --config file", "open(operator_config).read()"),
+    ("list bob's home", "os.listdir(f'{state}/homes/bob')"),
+    ("read bob's home file", "open(f'{state}/homes/bob/secret.txt').read()"),
+    ("write into bob's home", "open(f'{state}/homes/bob/planted.py', 'w').write('x')"),
+    ("raw: read bob's store file", "open(f'{store_dir}/home/bob/secret.txt').read()"),
+    ("raw: list bob's store folder", "os.listdir(f'{store_dir}/home/bob')"),
+    ("raw: write into datasets/", "open(f'{store_dir}/datasets/planted.csv', 'w').write('x')"),
+    (
+        "raw: overwrite a data set file",
+        "open(f'{store_dir}/datasets/demo/part.csv', 'w').write('x')",
+    ),
+    ("raw: delete a data set file", "os.remove(f'{store_dir}/datasets/demo/part.csv')"),
+    ("open_store(url): bob's file", f"{RAW_STORE}.cat_file('home/bob/secret.txt')"),
+    ("open_store(url): write datasets/", f"{RAW_STORE}.pipe_file('datasets/x.csv', b'x')"),
+    ("student_store('bob')", "student_store('bob').cat_file('home/bob/secret.txt')"),
+    (
+        "JUPYTERHUB_USER=bob",
+        "os.environ.__setitem__('JUPYTERHUB_USER', 'bob'); "
+        "student_store().cat_file('home/bob/secret.txt')",
+    ),
+    ("store.fs: bob's file", "store.fs.cat_file(f'{store_dir}/home/bob/secret.txt')"),
+    ("/etc/shadow (not root)", "open('/etc/shadow').read()"),
+]
+
+#: Runs in alice's kernel: every attempt, then what alice may do; prints JSON.
+PROBE = """
+import json, os
+from scalelab.store import open_store, student_store
+params = json.loads({params!r})
+globals().update(params)
+outcome, detail = {{}}, {{}}
+for name, code in params["attempts"]:
+    try:
+        exec(code)
+        outcome[name] = "LEAKED"
+    except Exception as exc:
+        outcome[name] = f"refused: {{type(exc).__name__}}"
+        detail[name] = str(exc)[:200]
+os.environ["JUPYTERHUB_USER"] = "alice"
+mine = student_store("alice")
+mine.pipe_file("home/alice/mine.txt", b"alice's")
+allowed = {{
+    "uid": os.getuid(),
+    "home": open(os.path.expanduser("~/own.txt"), "w").write("ok"),
+    "store home": mine.cat_file("home/alice/mine.txt").decode(),
+    "datasets": mine.cat_file("datasets/demo/part.csv").decode(),
+    "umask": oct(os.umask(0o077)),
+    "spark": spark.range(10).count(),  # starts the Spark driver's JVM, as alice
+}}
+print(json.dumps({{"outcome": outcome, "allowed": allowed, "detail": detail}}))
+"""
+
+
+@pytest.fixture(scope="module")
+def hub() -> Iterator[ScaleLabUp]:
+    remove_users(STUDENTS)
+    # Not pytest's tmp_path: pytest's own folder of the user's is 0700, which the students'
+    # users cannot enter (scalelab up would then run a single-user trial, see test_identity.py).
+    base = Path(tempfile.mkdtemp(prefix="scalelab-isolation-"))
+    base.chmod(0o711)  # as /var/lib is: others may enter it
+    up = ScaleLabUp(base / "state", shared_identity=False)
+    try:
+        up.start()
+        for user in STUDENTS:
+            up.start_server(user)
+        yield up
+        uids = {pwd.getpwnam(f"jupyter-{user}").pw_uid for user in STUDENTS}
+        assert up.interrupt() == 0
+        theirs = [p for p in psutil.process_iter() if p.uids().effective in uids]
+        # a moment for the last ones to exit; a zombie (ended, not reaped by a PID 1 without
+        # an init) runs nothing and holds nothing
+        _, alive = psutil.wait_procs(theirs, timeout=5)
+        left = [p.pid for p in alive if pid_runs(p.pid)]
+        assert left == [], f"processes of the students' users outlived the hub: {left}"
+    finally:
+        up.kill()
+        remove_users(STUDENTS)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _hub_pids(hub: ScaleLabUp) -> tuple[int, int]:
+    hub_pid = proxy_pid = 0
+    for proc in hub.descendants():
+        line = " ".join(proc.cmdline())
+        if "-m jupyterhub -f" in line:
+            hub_pid = proc.pid
+        elif "configurable-http-proxy" in line:
+            proxy_pid = proc.pid
+    assert hub_pid and proxy_pid
+    return hub_pid, proxy_pid
+
+
+def test_each_student_gets_a_system_user_with_a_private_home(hub: ScaleLabUp):
+    assert "Each student runs as a system user of their own" in "".join(hub.output)
+    for user in STUDENTS:
+        entry = pwd.getpwnam(f"jupyter-{user}")
+        assert entry.pw_shell == NO_LOGIN
+        home = hub.state_dir / "homes" / user
+        assert entry.pw_dir == str(home)
+        for folder in (home, hub.state_dir / "store" / "home" / user):
+            info = folder.stat()
+            assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (entry.pw_uid, 0o700), folder
+        server = server_process(hub, user)
+        assert server.uids().real == server.uids().effective == entry.pw_uid
+        assert server.environ()["HOME"] == str(home)
+    for secret in ("jupyterhub.sqlite", "jupyterhub_cookie_secret", "jupyterhub_config.py"):
+        mode = stat.S_IMODE((hub.state_dir / secret).stat().st_mode)
+        assert mode == 0o600, (secret, oct(mode))
+    assert stat.S_IMODE(hub.state_dir.stat().st_mode) == 0o711
+
+
+@pytest.mark.asyncio
+async def test_alices_kernel_cannot_reach_bob_or_the_hubs_secrets(hub: ScaleLabUp):
+    state, store = hub.state_dir, hub.state_dir / "store"
+    (state / "homes" / "bob" / "secret.txt").write_text(SECRET)
+    (store / "home" / "bob" / "secret.txt").write_text(SECRET)
+    (store / "datasets" / "demo").mkdir(parents=True, exist_ok=True)
+    (store / "datasets" / "demo" / "part.csv").write_text("year,loudness\n2001,-7.5\n")
+    (store / "datasets" / "demo").chmod(0o755)
+    (store / "datasets" / "demo" / "part.csv").chmod(0o644)
+    hub_pid, proxy_pid = _hub_pids(hub)
+    params = {
+        "attempts": ATTEMPTS,
+        "bob_pid": server_process(hub, "bob").pid,
+        "hub_pid": hub_pid,
+        "proxy_pid": proxy_pid,
+        "state": str(state),
+        "store_dir": str(store),
+        "operator_config": str(state.parent / f"{state.name}-operator_config.py"),
+    }
+    kernel = hub.server_api("alice", "POST", "/kernels", json={"name": "scalelab-pyspark"})
+    kernel_id = kernel.json()["id"]
+    out = await execute(hub, "alice", kernel_id, PROBE.format(params=json.dumps(params)))
+    assert out["error"] is None, out
+    report = json.loads(out["stdout"].strip().splitlines()[-1])
+    leaked = {k: v for k, v in report["outcome"].items() if not v.startswith("refused")}
+    assert leaked == {}, leaked
+    assert len(report["outcome"]) == len(ATTEMPTS)
+    # Refused by the operating system (EACCES/EPERM), not by ScaleLab's guard in alice's own
+    # process (whose refusal would be a StoreAccessError).
+    other = {k: report["detail"][k] for k, v in report["outcome"].items() if "Permission" not in v}
+    assert other == {}, other
+    alice = pwd.getpwnam("jupyter-alice")
+    assert report["allowed"] == {
+        "uid": alice.pw_uid,
+        "home": 2,
+        "store home": "alice's",
+        "datasets": "year,loudness\n2001,-7.5\n",
+        "umask": "0o77",
+        "spark": 10,
+    }
+    # The kernel and its Spark driver (the JVM) run as alice's user too.
+    server = server_process(hub, "alice")
+    tree = server.children(recursive=True)
+    assert {p.name() for p in tree} >= {"java"}, [p.cmdline()[:3] for p in tree]
+    assert {p.uids().effective for p in tree} == {alice.pw_uid}
+    # Everything they listen on (the kernel's ZMQ ports, the Spark driver and its UI) is on
+    # loopback: Spark's UI would bind to every interface without SPARK_LOCAL_IP.
+    pids = {p.pid for p in tree}
+    listening = {
+        (c.laddr.ip, c.laddr.port)
+        for c in psutil.net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.pid in pids
+    }
+    assert len(listening) >= 7, listening  # 5 ZMQ channels, the driver, its UI
+    outside = {(ip, port) for ip, port in listening if not _loopback(ip)}
+    assert outside == set(), outside
+
+    assert (state / "homes" / "bob" / "secret.txt").read_text() == SECRET  # nothing changed
+    assert not (state / "homes" / "bob" / "planted.py").exists()
+    assert (store / "datasets" / "demo" / "part.csv").read_text().startswith("year,loudness")
+
+
+def test_alices_token_opens_neither_bobs_server_nor_his_hub_record(hub: ScaleLabUp):
+    token = server_process(hub, "alice").environ()["JUPYTERHUB_API_TOKEN"]
+    headers = {"Authorization": f"token {token}"}
+    for url in (
+        f"{hub.url}/user/bob/api/contents",
+        f"{hub.url}/user/bob/api/kernels",
+        f"{hub.url}/hub/api/users/bob",
+    ):
+        answer = requests.get(url, headers=headers, timeout=30, allow_redirects=False)
+        assert answer.status_code in (403, 404), (url, answer.status_code)
+
+
+def _loopback(ip: str) -> bool:
+    address = ipaddress.ip_address(ip)
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1
+    return (mapped or address).is_loopback

@@ -1,0 +1,219 @@
+"""The warm Spark driver: started ahead by a real single-user server (ScaleLab's extension),
+taken by its next real PySpark kernel, never by two, and gone with the server."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import time
+from pathlib import Path
+
+import psutil
+import requests
+from jupyter_client import BlockingKernelClient
+
+from scalelab.kernels.specs import install_kernelspecs
+from scalelab.spawner.environment import server_args
+from tests.integration.hub.test_full_disk import Server as JupyterServer
+
+#: Settings that differ between any two drivers, warm or not.
+PER_DRIVER = {
+    "spark.app.id",
+    "spark.app.startTime",
+    "spark.app.submitTime",
+    "spark.driver.port",
+    "spark.ui.port",
+    "spark.ui.proxyBase",
+    "spark.driver.extraJavaOptions",  # its log4j2 file is named after the starting process
+}
+
+
+class Server(JupyterServer):
+    """A ``jupyter server`` with ScaleLab's extension and kernels, Spark as a spawner sets it."""
+
+    def __init__(self, tmp: Path, *args: str) -> None:
+        home = tmp / "home"
+        home.mkdir(parents=True, exist_ok=True)
+        self.runtime = tmp / "runtime"
+        self.runtime.mkdir(parents=True, exist_ok=True)
+        data = tmp / "share" / "jupyter"
+        install_kernelspecs(data)
+        (tmp / "store").mkdir(exist_ok=True)
+        env = {
+            "JUPYTER_PATH": str(data),
+            "SCALELAB_STORE_URL": (tmp / "store").as_uri(),
+            "SCALELAB_STORE_OPTIONS": "{}",
+            "SCALELAB_SPARK_MASTER": "local[1]",
+            "SCALELAB_SPARK_DRIVER_MEMORY": "512m",
+            "SCALELAB_SPARK_CONF": "{}",
+            "SCALELAB_GPUS": "",
+            "SCALELAB_LOG_DIR": str(tmp / "logs"),
+        }
+        super().__init__(home, self.runtime, env, [*server_args(), *args])
+
+    def get(self, path: str) -> dict:
+        assert self.process.poll() is None, self.log.read_text()
+        reply = requests.get(f"{self.url}{path}", headers=self.auth, timeout=30)
+        reply.raise_for_status()
+        return reply.json()
+
+    def warm(self, state: str = "ready", timeout_s: float = 240) -> dict:
+        """The warmer's status once in ``state``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status = self.get("/scalelab/api/spark-warm")
+            if status["state"] == state or time.monotonic() > deadline:
+                assert status["state"] == state, (status, self.log.read_text()[-4000:])
+                return status
+            time.sleep(0.5)
+
+    def kernel(self, path: str = "") -> BlockingKernelClient:
+        """A PySpark kernel started through the server's REST API, and a client of it."""
+        reply = requests.post(
+            f"{self.url}/api/kernels",
+            headers=self.auth,
+            json={"name": "scalelab-pyspark", "path": path},
+            timeout=60,
+        )
+        reply.raise_for_status()
+        client = BlockingKernelClient(
+            connection_file=str(self.runtime / f"kernel-{reply.json()['id']}.json")
+        )
+        client.load_connection_file()
+        client.start_channels()
+        client.wait_for_ready(timeout=120)
+        return client
+
+
+def result(client: BlockingKernelClient, code: str) -> object:
+    """The value of ``code``'s last line, as JSON, in the kernel of ``client``."""
+    out: dict = {}
+
+    def hook(msg: dict) -> None:
+        if msg["msg_type"] == "execute_result":
+            out["value"] = msg["content"]["data"]["text/plain"]
+        elif msg["msg_type"] == "error":
+            out["error"] = msg["content"]["traceback"]
+
+    client.execute_interactive(code, timeout=300, output_hook=hook)
+    assert "error" not in out, "\n".join(out["error"])
+    return json.loads(ast.literal_eval(out["value"]))  # the repr of a JSON string
+
+
+DRIVER_FACTS = """
+import json, os
+_counts = spark.range(3).count(), spark.sql("select 1").count()
+_conf = dict(spark.sparkContext.getConf().getAll())  # after SQL ran: its warehouse folder
+_worker = spark.sparkContext.parallelize([0], 1).map(
+    lambda _: (os.getcwd(), os.environ.get("SCALELAB_STORE_URL"), os.environ.get("PYSPARK_PYTHON"))
+).collect()[0]
+json.dumps({"app_id": spark.sparkContext.applicationId, "conf": _conf, "worker": _worker,
+            "counts": _counts})
+"""
+
+
+def jvms(server: Server) -> set[int]:
+    """Pids of the Spark driver JVMs that ``server`` started, through keepers or kernels."""
+    found = set()
+    for proc in psutil.Process(server.process.pid).children(recursive=True):
+        try:
+            if any("SparkSubmit" in part for part in proc.cmdline()):
+                found.add(proc.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def test_the_next_kernel_takes_the_warm_driver_a_second_one_starts_its_own(tmp_path: Path):
+    server = Server(tmp_path, "--SparkWarmer.rewarm_delay_s=600")  # no next one in this test
+    clients = []
+    try:
+        warm = server.warm("ready")
+        assert warm["pid"] in jvms(server) and warm["cwd"] == os.path.realpath(server.home)
+        first = server.kernel()
+        clients.append(first)
+        took = result(first, DRIVER_FACTS)
+        assert took["app_id"] == warm["app_id"]  # the warmed driver itself
+        # Its log is named after the kernel that took it, as if that kernel had started it.
+        kernel_pid = result(first, "import json, os\njson.dumps(os.getpid())")
+        log = tmp_path / "logs" / f"spark-driver-{kernel_pid}.log"
+        assert "Submitted application: scalelab-" in log.read_text()
+        assert not list((tmp_path / "logs").glob(".spark-driver-warm-*.log"))
+        status = server.warm("waiting")
+        assert status["taken"] == 1 and status["app_id"] is None  # handed over, to one kernel
+        second = server.kernel()
+        clients.append(second)
+        cold = result(second, DRIVER_FACTS)
+        assert cold["app_id"] != took["app_id"]  # its own driver: never a shared one
+        assert server.warm("waiting")["taken"] == 1
+        assert took["counts"] == cold["counts"] == [3, 1]
+        # The same settings as the kernel's own start gives, but for what differs per driver.
+        assert {k: v for k, v in took["conf"].items() if k not in PER_DRIVER} == {
+            k: v for k, v in cold["conf"].items() if k not in PER_DRIVER
+        }
+        assert took["worker"] == cold["worker"]  # the Python workers' folder and environment
+        assert took["worker"][0] == os.path.realpath(server.home)
+        running = jvms(server)
+        assert warm["pid"] in running and len(running) == 2  # the taken one, the second's own
+        # The taken JVM's end reaches its kernel with its status, as for a JVM it started.
+        psutil.Process(warm["pid"]).kill()
+        status = result(
+            first,
+            "import json, time\n"
+            "_proc = spark.sparkContext._gateway.proc\n"
+            "_deadline = time.monotonic() + 60\n"
+            "while _proc.poll() is None and time.monotonic() < _deadline:\n"
+            "    time.sleep(0.1)\n"
+            "json.dumps(_proc.poll())",
+        )
+        assert status == -9
+    finally:
+        for client in clients:
+            client.stop_channels()
+        server.stop()
+    _, alive = psutil.wait_procs(
+        [psutil.Process(p) for p in running if psutil.pid_exists(p)], timeout=60
+    )
+    assert not alive, f"JVMs left after the server stopped: {alive}"
+
+
+def test_a_warm_driver_nobody_took_ends_with_its_server(tmp_path: Path):
+    server = Server(tmp_path)
+    try:
+        warm = server.warm("ready")
+        jvm = psutil.Process(warm["pid"])
+        assert jvm.is_running()
+    finally:
+        server.stop()
+    _, alive = psutil.wait_procs([jvm], timeout=60)
+    assert not alive, "the warm driver's JVM outlived its server"
+
+
+def test_a_kernel_in_another_folder_starts_its_own_and_the_next_warm_driver_is_for_there(
+    tmp_path: Path,
+):
+    server = Server(tmp_path, "--SparkWarmer.rewarm_delay_s=0")
+    (server.home / "lab").mkdir()
+    clients = []
+    try:
+        first_warm = server.warm("ready")
+        elsewhere = server.kernel("lab/notebook.ipynb")  # its folder: home/lab
+        clients.append(elsewhere)
+        own = result(elsewhere, DRIVER_FACTS)
+        assert own["app_id"] != first_warm["app_id"]  # declined: a driver of its own
+        assert own["worker"][0] == os.path.realpath(server.home / "lab")
+        deadline = time.monotonic() + 240
+        while (status := server.warm("ready"))["cwd"] != os.path.realpath(server.home / "lab"):
+            assert time.monotonic() < deadline, status
+            time.sleep(1)
+        assert status["app_id"] != first_warm["app_id"] and status["taken"] == 0
+        again = server.kernel("lab/notebook.ipynb")  # a restart in that folder
+        clients.append(again)
+        took = result(again, DRIVER_FACTS)
+        assert took["app_id"] == status["app_id"] and took["worker"] == own["worker"]
+        assert server.warm("ready", timeout_s=240)["taken"] == 1  # and the next one is warm
+    finally:
+        for client in clients:
+            client.stop_channels()
+        server.stop()

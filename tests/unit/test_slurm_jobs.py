@@ -1,0 +1,138 @@
+"""Reading Slurm's output and building a job's options (pure), on output captured from the Slurm
+22.05 test cluster of tests/support/slurmcluster.py (tests/support/data/slurm/)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from scalelab.spawner.slurm import insert_directives
+from scalelab.spawner.slurm_jobs import (
+    SlurmJob,
+    describe_end,
+    expand_indices,
+    expand_nodes,
+    explain_reason,
+    format_start,
+    held_gpus,
+    node_address,
+    node_gpus,
+    parse_job,
+    parse_sacct,
+    queue_place,
+    sbatch_directives,
+)
+
+DATA = Path(__file__).resolve().parents[1] / "support" / "data" / "slurm"
+
+
+def _read(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def test_running_job_names_its_node_and_gres_indices():
+    job = parse_job(_read("scontrol_running.txt"))
+    assert (job.job_id, job.state, job.batch_host) == ("6", "RUNNING", "n1")
+    assert job.gpus == {"n1": (0,)}
+    assert held_gpus(job) == ("n1/gpu0",)
+    assert job.start_time == dt.datetime(2026, 12, 4, 10, 10, 37)
+
+
+def test_ended_jobs_hold_nothing_and_say_why():
+    cancelled = parse_job(_read("scontrol_cancelled.txt"))
+    assert (cancelled.state, cancelled.exit_code, cancelled.gpus) == ("CANCELLED", "0:15", {})
+    assert describe_end(cancelled) == "Slurm ended job 8: it was cancelled (scancel) (CANCELLED)"
+    timeout = parse_job(_read("scontrol_timeout.txt"))
+    assert describe_end(timeout) == (
+        "Slurm ended job 12: it reached its time limit (TIMEOUT, reason TimeLimit)"
+    )
+
+
+def test_unknown_job_is_an_error():
+    with pytest.raises(ValueError, match="no job"):
+        parse_job("slurm_load_jobs error: Invalid job id specified\n")
+
+
+def test_gres_indices_of_several_nodes_and_ranges():
+    text = (
+        "JobId=7 JobState=RUNNING BatchHost=g01 JOB_GRES=gpu:4 "
+        "Nodes=g[01-02] CPU_IDs=0-1 Mem=0 GRES=gpu:a100:2(IDX:0-1) "
+        "Nodes=g05 CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:1,3) MinCPUsNode=1"
+    )
+    job = parse_job(text)
+    assert job.gpus == {"g01": (0, 1), "g02": (0, 1), "g05": (1, 3)}
+    assert expand_indices("0-2,5") == (0, 1, 2, 5)
+    assert expand_nodes("n[1-2],gpu7") == ["n1", "n2", "gpu7"]
+
+
+def test_place_in_queue_follows_slurms_priority():
+    text = _read("squeue_start.txt")
+    first = queue_place(text, "5")
+    second = queue_place(text, "6")
+    assert first is not None and second is not None
+    assert (first.position, first.length, first.reason) == (1, 2, "Resources")
+    assert (second.position, second.length, second.reason) == (2, 2, "Priority")
+    assert second.start == dt.datetime(2026, 12, 4, 10, 24, 43)
+    assert queue_place(text, "99") is None
+    # a later job of higher priority goes first
+    assert queue_place(text + "9|4294901799|2026-12-04T10:20:00|N/A|Priority\n", "9") == (
+        type(first)(1, 3, None, "Priority")
+    )
+
+
+def test_nodes_gpus_and_addresses():
+    text = _read("scontrol_nodes.txt")
+    assert node_gpus(text) == [("n1", "127.0.0.1", 2), ("n2", "127.0.0.1", 2)]
+    assert node_address(text, "n2") == "127.0.0.1"
+    assert node_address(text, "elsewhere") == "elsewhere"
+    assert node_gpus("NodeName=c1 Gres=(null) NodeAddr=c1\nNodeName=g1 Gres=gpu:h100:4,nic:1") == [
+        ("g1", "g1", 4)
+    ]
+
+
+def test_sacct_line():
+    job = parse_sacct("12|TIMEOUT|TimeLimit|0:0\n12.batch|CANCELLED||0:15\n", "12")
+    assert job == SlurmJob("12", "TIMEOUT", "TimeLimit", "0:0")
+    assert parse_sacct("13|CANCELLED by 0|None|0:0", "13").state == "CANCELLED"
+    assert parse_sacct("Slurm accounting storage is disabled", "12") is None
+    oom = SlurmJob("14", "OUT_OF_MEMORY", "OutOfMemory", "0:125")
+    assert "ran out of memory" in describe_end(oom)
+
+
+def test_directives_of_a_profile():
+    assert sbatch_directives(0) == ["--no-requeue"]
+    assert sbatch_directives(2, partition="gpu", qos="course", time_limit="4:00:00") == [
+        "--no-requeue",
+        "--gres=gpu:2",
+        "--partition=gpu",
+        "--qos=course",
+        "--time=4:00:00",
+    ]
+    assert sbatch_directives(1, account="dl", extra=["--constraint=h100"]) == [
+        "--no-requeue",
+        "--gres=gpu:1",
+        "--account=dl",
+        "--constraint=h100",
+    ]
+    with pytest.raises(ValueError, match="white space"):
+        sbatch_directives(1, partition="gpu long")
+    with pytest.raises(ValueError, match="newline"):
+        sbatch_directives(1, extra=["--x\nrm -rf /"])
+    script = insert_directives("#!/bin/bash\n#SBATCH --chdir=/h\nrun\n", ["--gres=gpu:1"])
+    assert script == "#!/bin/bash\n#SBATCH --gres=gpu:1\n#SBATCH --chdir=/h\nrun\n"
+
+
+def test_estimated_start_in_words():
+    now = dt.datetime(2026, 12, 4, 10, 0)
+    assert format_start(None, now) == "not estimated yet"
+    assert format_start(dt.datetime(2026, 12, 4, 10, 9, 40), now) == "at 10:09 (in about 10 min)"
+    assert format_start(now, now) == "at 10:00 (under a minute)"
+    assert format_start(dt.datetime(2026, 12, 4, 15, 0), now).endswith("(in about 5.0 h)")
+
+
+def test_pending_reasons_in_words():
+    assert explain_reason("Resources") == "the GPUs or CPUs it asks for are in use"
+    assert "QOS" in explain_reason("QOSMaxGRESPerUser")
+    assert explain_reason("SomethingNew") == ""  # Slurm's own word is shown alone
