@@ -1,9 +1,6 @@
-"""Bad configuration and bad names, refused up front with one clear message (issue 6, Must 3, 5).
-
-``scalelab doctor --config`` and ``scalelab up --config`` run the hub's own start-up validation
-before the hub starts; a user name that cannot be a home folder is refused at login by
-JupyterHub's ``Authenticator.username_pattern``; a home that cannot be created is a clean spawn
-failure; a bad ``SCALELAB_STORE_OPTIONS`` names the variable. Real hub, proxy, Java and Spark.
+"""Bad configuration and bad names, refused up front with one clear message (issue 6, Must 3, 5):
+the parts that need no running hub, kernel or cluster. The rest runs for real in
+``tests/integration/hub/test_config_faults.py``.
 """
 
 from __future__ import annotations

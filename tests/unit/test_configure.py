@@ -1,8 +1,5 @@
-"""``scalelab.configure(c)``: the one way ScaleLab goes into a hub configuration.
-
-Pure tests of what it adds (once, however often it is called), and two real hubs started by plain
-``jupyterhub -f`` from an operator's own file, as the operators' guide gives it: one refuses a
-misspelt setting in one log line, the other serves ScaleLab's pages and services.
+"""``scalelab.configure(c)``: the parts that need no running hub, kernel or cluster. The rest runs
+for real in ``tests/integration/hub/test_configure.py``.
 """
 
 from __future__ import annotations

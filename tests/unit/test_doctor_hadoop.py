@@ -1,6 +1,6 @@
-"""``scalelab doctor``'s cluster checks: the namenode (RPC and WebHDFS), the Kerberos ticket, the
-ResourceManager. The unit tests point them at closed ports and hand-written configurations; the
-``hadoop`` ones at the real test cluster (tests/support/hadoopcluster.py)."""
+"""``scalelab doctor``'s cluster checks: the parts that need no running hub, kernel or cluster. The
+rest runs for real in ``tests/integration/hadoop/test_doctor_hadoop.py``.
+"""
 
 from __future__ import annotations
 

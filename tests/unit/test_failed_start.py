@@ -1,11 +1,5 @@
-"""A failed server start explained at once (issue 12): a server that exits while starting fails
-the spawn within about a second with its exit status and last lines (secrets masked), through
-REST and the pending page; nothing stays held and the next start without options does not ask
-for the failed request again; a full home names its disk, and a server still starts on a full
-home (its Jupyter runtime folder is outside it).
-
-Pure parts on their own; then one real ``scalelab up`` with declared (fake) GPUs and a server
-command that fails on purpose for some users.
+"""A failed server start explained at once (issue 12): the parts that need no running hub, kernel or
+cluster. The rest runs for real in ``tests/integration/hub/test_failed_start.py``.
 """
 
 from __future__ import annotations

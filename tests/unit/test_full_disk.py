@@ -1,6 +1,6 @@
-"""A full home on a real single-user server with ScaleLab's extension: notebooks still open
-(nbformat's notary writes nothing they need), and a save that cannot fit is a 507 naming the
-disk, with the notebook left as it was."""
+"""A full home under ScaleLab's server extension: the parts that need no running server. The
+rest runs on a real single-user server in ``tests/integration/hub/test_full_disk.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""GPU readings where the GPU is: each GPU server reads its own GPUs and reports them to the hub.
-
-Through a real hub (``scalelab up``) and real single-user servers: the hub's GPU source is
-``ReportedGPUs`` (no NVML on the hub); each server reads its GPUs through
-``DeclaredReadings`` (this machine has no GPU: declared readings, configured as the servers'
-``c.GPUReporter.source_class``, where a GPU node uses NVML) and posts them with its own token.
-The GPU board, and the GPU monitor's idle warning through it, show the server's readings.
+"""GPU readings where the GPU is: the parts that need no running hub, kernel or cluster. The rest
+runs for real in ``tests/integration/hub/test_gpu_reports.py``.
 """
 
 from __future__ import annotations

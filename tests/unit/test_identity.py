@@ -1,7 +1,6 @@
-"""Who servers run as: ``scalelab up``'s decision (pure), the state folder's modes, the
-spawner's system-user mode, and a real ``scalelab up`` that refuses a shared identity beyond
-loopback. The hostile student's drill against system users is
-tests/integration/hub/test_isolation.py."""
+"""Who servers run as: the parts that need no running hub, kernel or cluster. The rest runs for real
+in ``tests/integration/hub/test_identity.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Live logs and the Spark UI through the hub: the pure parts of the log handlers, then a real
-``scalelab up`` where a student follows the server's and the Spark driver's logs while they grow
-and opens the Spark UI through the hub's proxy (jupyter-server-proxy)."""
+"""Live logs and the Spark UI through the hub: the pure parts of the log handlers. The rest runs
+through a real ``scalelab up`` in ``tests/integration/hub/test_live_logs.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""PyTorch's OpenMP threads wait passively in ScaleLab's kernels (issue 13: Lab 2 on a CPU
-profile within 10 minutes): spinning idle threads slowed its training 2.6 times on two busy
-cores."""
+"""PyTorch's OpenMP threads wait passively in ScaleLab's kernels (issue 13): the parts that
+need no running kernel. The rest runs in a real kernel in
+``tests/integration/spark/test_openmp_wait.py``.
+"""
 
 from __future__ import annotations
 

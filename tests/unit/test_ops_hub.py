@@ -1,10 +1,5 @@
-"""Live server logs for ops and the hub's security rules, through a real ``scalelab up``.
-
-One hub (with a declared inventory of ONE fake GPU, so that a second GPU request queues): the
-admin reads and follows a student's server log as JSON lines, including the log of a PySpark
-kernel's Spark driver and what the kernel writes to stderr; the log outlives the server. A
-student can see neither another's server, log, GPU board nor queue; pending spawns are limited
-with "Try again"; no password or token ends up in any log.
+"""Live server logs for ops and the hub's security rules: the parts that need no running hub.
+The rest runs through a real ``scalelab up`` in ``tests/integration/hub/test_ops_hub.py``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The distributed hyperparameter search (``scalelab.kernels.search``, issue 15).
-
-The pure parts run on Hyperopt's own serial ``Trials`` (no Spark); the search itself runs in a
-real PySpark kernel on its local session, each trial a Spark task in a Python worker of its
-own, and is interrupted there.
+"""The distributed hyperparameter search (``scalelab.kernels.search``, issue 15): the parts that
+need no running hub, kernel or cluster. The rest runs for real in
+``tests/integration/spark/test_search.py``.
 """
 
 from __future__ import annotations

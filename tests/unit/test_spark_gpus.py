@@ -1,9 +1,5 @@
-"""GPUs for Spark from the student's allocation (issue 15): the server's GPUs, and only those,
-declared to Spark's resource scheduling in local mode with a discovery script.
-
-The integration test's GPUs are declared, not real (no GPU on these machines): two UUIDs in the
-server's ``SCALELAB_GPUS`` and ``CUDA_VISIBLE_DEVICES``, as ScaleLab's spawner sets them;
-Spark and ``TorchDistributor`` hand them out without touching a device.
+"""GPUs for Spark from the student's allocation (issue 15): the parts that need no running hub,
+kernel or cluster. The rest runs for real in ``tests/integration/spark/test_spark_gpus.py``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The warm Spark driver: started ahead by a real single-user server (ScaleLab's extension),
-taken by its next real PySpark kernel, never by two, and gone with the server."""
+"""The warm Spark driver: the parts that need no running hub, kernel or cluster. The rest runs for
+real in ``tests/integration/spark/test_spark_warm.py``.
+"""
 
 from __future__ import annotations
 

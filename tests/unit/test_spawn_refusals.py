@@ -1,11 +1,5 @@
-"""Refused server options (issue 11): the client's 400 (or 409) with the problem named, and in
-the hub log one warning line naming the user and the reason, without JupyterHub's tracebacks and
-error lines about it. A server PATCH with an unknown field is a 400, not JupyterHub's 500.
-
-In-process: JupyterHub's own ``Spawner._run_apply_user_options`` runs ScaleLab's hook, on a log
-with a handler of its own as the hub's; the lines JupyterHub's ``User.spawn``, its spawn-form
-handler and tornado then write about the error are written as they write them. Against a real
-``scalelab up``: tampered REST bodies, tampered spawn forms and PATCHes, and the hub log read.
+"""Refused server options (issue 11): the parts that need no running hub, kernel or cluster. The
+rest runs for real in ``tests/integration/hub/test_spawn_refusals.py``.
 """
 
 from __future__ import annotations

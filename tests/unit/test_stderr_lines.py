@@ -1,6 +1,7 @@
-"""Known-harmless lines that native code writes to stderr are dropped by their text only (issue
-13): TensorFlow's "oneDNN custom operations are on" at its import, the JVM's "Using incubator
-modules"; every other line, before, between or after them, still shows."""
+"""Known-harmless lines that native code writes to stderr are dropped by their text only (issue 13):
+the parts that need no running hub, kernel or cluster. The rest runs for real in
+``tests/integration/spark/test_stderr_lines.py``.
+"""
 
 from __future__ import annotations
 

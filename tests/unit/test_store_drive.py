@@ -1,9 +1,6 @@
-"""The course store as the folder ``store`` of the home (jupyter-fs' drive underneath) on a real
-single-user server started by a real hub.
-
-Every call goes through the contents REST API (``/api/contents/store/...``) the way JupyterLab's
-file browser sends it, path-escape attempts included; a real Chromium opens the folder in
-JupyterLab's file browser and saves a file there. The drive's pure settings are unit-tested too.
+"""The course store as the folder ``store`` of the home (jupyter-fs' drive underneath): the
+drive's settings and the parts that need no running server. The rest runs on a real single-user
+server behind a real hub in ``tests/integration/hub/test_store_drive.py``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""Fault drills on ``scalelab up`` (issue 12): nothing it started outlives it, however it ends;
-``c.JupyterHub.cleanup_servers = False`` keeps servers and their GPUs across a restart; the
-banner after an unclean stop says what it found and did; a refused start leaves no skeleton in
-the state folder. Real JupyterHub, configurable-http-proxy and single-user servers."""
+"""Fault drills on ``scalelab up`` (issue 12): the parts that need no running hub, kernel or
+cluster. The rest runs for real in ``tests/integration/hub/test_up_faults.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """``scalelab doctor``'s cluster checks: the namenode (RPC and WebHDFS), the Kerberos ticket, the
 ResourceManager. The unit tests point them at closed ports and hand-written configurations; the
-``hadoop`` ones at the real test cluster (tests/support/hadoopcluster.py)."""
+``hadoop`` ones at the real test cluster (tests/support/hadoopcluster.py).
+
+The parts that need no running service: ``tests/unit/test_doctor_hadoop.py``.
+"""
 
 from __future__ import annotations
 

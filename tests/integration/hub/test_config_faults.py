@@ -4,6 +4,8 @@
 before the hub starts; a user name that cannot be a home folder is refused at login by
 JupyterHub's ``Authenticator.username_pattern``; a home that cannot be created is a clean spawn
 failure; a bad ``SCALELAB_STORE_OPTIONS`` names the variable. Real hub, proxy, Java and Spark.
+
+The parts that need no running service: ``tests/unit/test_config_faults.py``.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 Pure tests of what it adds (once, however often it is called), and two real hubs started by plain
 ``jupyterhub -f`` from an operator's own file, as the operators' guide gives it: one refuses a
 misspelt setting in one log line, the other serves ScaleLab's pages and services.
+
+The parts that need no running service: ``tests/unit/test_configure.py``.
 """
 
 from __future__ import annotations

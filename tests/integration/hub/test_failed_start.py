@@ -6,6 +6,8 @@ home (its Jupyter runtime folder is outside it).
 
 Pure parts on their own; then one real ``scalelab up`` with declared (fake) GPUs and a server
 command that fails on purpose for some users.
+
+The parts that need no running service: ``tests/unit/test_failed_start.py``.
 """
 
 from __future__ import annotations

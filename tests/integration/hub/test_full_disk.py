@@ -1,6 +1,9 @@
 """A full home on a real single-user server with ScaleLab's extension: notebooks still open
 (nbformat's notary writes nothing they need), and a save that cannot fit is a 507 naming the
-disk, with the notebook left as it was."""
+disk, with the notebook left as it was.
+
+The parts that need no running service: ``tests/unit/test_full_disk.py``.
+"""
 
 from __future__ import annotations
 

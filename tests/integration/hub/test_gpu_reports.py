@@ -5,6 +5,8 @@ Through a real hub (``scalelab up``) and real single-user servers: the hub's GPU
 ``DeclaredReadings`` (this machine has no GPU: declared readings, configured as the servers'
 ``c.GPUReporter.source_class``, where a GPU node uses NVML) and posts them with its own token.
 The GPU board, and the GPU monitor's idle warning through it, show the server's readings.
+
+The parts that need no running service: ``tests/unit/test_gpu_reports.py``.
 """
 
 from __future__ import annotations

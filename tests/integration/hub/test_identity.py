@@ -1,7 +1,10 @@
 """Who servers run as: ``scalelab up``'s decision (pure), the state folder's modes, the
 spawner's system-user mode, and a real ``scalelab up`` that refuses a shared identity beyond
 loopback. The hostile student's drill against system users is
-tests/integration/hub/test_isolation.py."""
+tests/integration/hub/test_isolation.py.
+
+The parts that need no running service: ``tests/unit/test_identity.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """Live logs and the Spark UI through the hub: the pure parts of the log handlers, then a real
 ``scalelab up`` where a student follows the server's and the Spark driver's logs while they grow
-and opens the Spark UI through the hub's proxy (jupyter-server-proxy)."""
+and opens the Spark UI through the hub's proxy (jupyter-server-proxy).
+
+The parts that need no running service: ``tests/unit/test_live_logs.py``.
+"""
 
 from __future__ import annotations
 

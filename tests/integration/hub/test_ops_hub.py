@@ -5,6 +5,8 @@ admin reads and follows a student's server log as JSON lines, including the log 
 kernel's Spark driver and what the kernel writes to stderr; the log outlives the server. A
 student can see neither another's server, log, GPU board nor queue; pending spawns are limited
 with "Try again"; no password or token ends up in any log.
+
+The parts that need no running service: ``tests/unit/test_ops_hub.py``.
 """
 
 from __future__ import annotations

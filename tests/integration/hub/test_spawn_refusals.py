@@ -6,6 +6,8 @@ In-process: JupyterHub's own ``Spawner._run_apply_user_options`` runs ScaleLab's
 with a handler of its own as the hub's; the lines JupyterHub's ``User.spawn``, its spawn-form
 handler and tornado then write about the error are written as they write them. Against a real
 ``scalelab up``: tampered REST bodies, tampered spawn forms and PATCHes, and the hub log read.
+
+The parts that need no running service: ``tests/unit/test_spawn_refusals.py``.
 """
 
 from __future__ import annotations

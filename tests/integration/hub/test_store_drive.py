@@ -4,6 +4,8 @@ single-user server started by a real hub.
 Every call goes through the contents REST API (``/api/contents/store/...``) the way JupyterLab's
 file browser sends it, path-escape attempts included; a real Chromium opens the folder in
 JupyterLab's file browser and saves a file there. The drive's pure settings are unit-tested too.
+
+The parts that need no running service: ``tests/unit/test_store_drive.py``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """Fault drills on ``scalelab up`` (issue 12): nothing it started outlives it, however it ends;
 ``c.JupyterHub.cleanup_servers = False`` keeps servers and their GPUs across a restart; the
 banner after an unclean stop says what it found and did; a refused start leaves no skeleton in
-the state folder. Real JupyterHub, configurable-http-proxy and single-user servers."""
+the state folder. Real JupyterHub, configurable-http-proxy and single-user servers.
+
+The parts that need no running service: ``tests/unit/test_up_faults.py``.
+"""
 
 from __future__ import annotations
 

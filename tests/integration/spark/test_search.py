@@ -3,6 +3,8 @@
 The pure parts run on Hyperopt's own serial ``Trials`` (no Spark); the search itself runs in a
 real PySpark kernel on its local session, each trial a Spark task in a Python worker of its
 own, and is interrupted there.
+
+The parts that need no running service: ``tests/unit/test_search.py``.
 """
 
 from __future__ import annotations

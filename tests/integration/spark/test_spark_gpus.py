@@ -4,6 +4,8 @@ declared to Spark's resource scheduling in local mode with a discovery script.
 The integration test's GPUs are declared, not real (no GPU on these machines): two UUIDs in the
 server's ``SCALELAB_GPUS`` and ``CUDA_VISIBLE_DEVICES``, as ScaleLab's spawner sets them;
 Spark and ``TorchDistributor`` hand them out without touching a device.
+
+The parts that need no running service: ``tests/unit/test_spark_gpus.py``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """The kernels' Spark UI records and the page that opens the running kernel's Spark UI: pure
 parts, the files they write, and the page on a real single-user server with real kernels
 (tests/browser/test_browser_spark_ui.py opens it from JupyterLab's Course menu behind a real
-hub)."""
+hub).
+
+The parts that need no running service: ``tests/unit/test_spark_ui_records.py``.
+"""
 
 from __future__ import annotations
 

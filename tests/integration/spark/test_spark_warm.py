@@ -1,5 +1,8 @@
 """The warm Spark driver: started ahead by a real single-user server (ScaleLab's extension),
-taken by its next real PySpark kernel, never by two, and gone with the server."""
+taken by its next real PySpark kernel, never by two, and gone with the server.
+
+The parts that need no running service: ``tests/unit/test_spark_warm.py``.
+"""
 
 from __future__ import annotations
 

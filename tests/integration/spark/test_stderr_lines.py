@@ -1,6 +1,9 @@
 """Known-harmless lines that native code writes to stderr are dropped by their text only (issue
 13): TensorFlow's "oneDNN custom operations are on" at its import, the JVM's "Using incubator
-modules"; every other line, before, between or after them, still shows."""
+modules"; every other line, before, between or after them, still shows.
+
+The parts that need no running service: ``tests/unit/test_stderr_lines.py``.
+"""
 
 from __future__ import annotations
 
