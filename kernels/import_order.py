@@ -1,26 +1,9 @@
 """Triton loaded before TensorFlow, so that a kernel using both does not die.
 
-TensorFlow's wheels from 2.20 on load their library with ``RTLD_GLOBAL``, which puts the LLVM
-that TensorFlow links statically into the process's global symbol table; Triton 3.7 and later
-(installed with PyPI's ``torch``) carries its own LLVM, and ``libtriton.so`` loaded after
-TensorFlow binds to TensorFlow's copy and crashes in its initialisers (SIGSEGV; upstream:
-tensorflow/tensorflow#124205). PyTorch imports Triton lazily, at the first ``torch.optim``
-step, so ``import tensorflow`` then any PyTorch training in one kernel killed the kernel (Lab 2
-does both). Loaded the other way round, both work.
-
-:func:`install` adds an import hook that, when ``tensorflow`` is about to be imported for the
-first time, imports Triton first if it is installed; it costs nothing until then (Triton's own
-import takes about 0.2 s) and nothing at all where Triton or TensorFlow is missing.
-
-The same hook keeps TensorFlow's import quiet about one known line: "oneDNN custom operations
-are on ..." (twice, each after abseil's "All log messages before absl::InitializeLog() ...").
-TensorFlow writes it to file descriptor 2 before its logging starts, whatever
-``TF_CPP_MIN_LOG_LEVEL`` says (abseil-cpp#1718, tensorflow#102212), so a notebook showed it as an
-error; ``TF_ENABLE_ONEDNN_OPTS=0`` would silence it by slowing CPU training. The import runs
-with fd 2 through :func:`scalelab.common.stderr_lines.filtered_stderr`, which drops those lines
-only (:data:`TENSORFLOW_IMPORT_LINES`); any other line TensorFlow writes still shows.
-
-:func:`install` also sets what PyTorch's OpenMP reads when it loads (:func:`passive_openmp_waits`).
+:func:`install` adds an import hook that imports Triton (if installed) just before the first
+``import tensorflow`` and runs that import with known-harmless stderr lines dropped
+(:data:`TENSORFLOW_IMPORT_LINES`); it also sets PyTorch's OpenMP waits
+(:func:`passive_openmp_waits`). Why: docs/design-notes.md, scalelab.kernels.import_order.
 """
 
 from __future__ import annotations

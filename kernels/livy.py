@@ -1,28 +1,9 @@
 """sparkmagic's remote Spark kernels, offered when ops configure a Livy server.
 
-Ops set, in ``jupyterhub_config.py``::
-
-    c.LivySettings.url = "http://livy.cluster:8998"
-    c.LivySettings.auth = "Kerberos"            # or "None", "Basic_Access"
-    c.LivySettings.session_configs = {"driverMemory": "2g", "queue": "course",
-                                      "conf": {"spark.executor.memoryOverhead": "1g"}}
-    c.LivySettings.kernel_python = "/opt/sparkmagic/bin/python"  # see below
-
-and each single-user server gets sparkmagic's ``config.json`` (:func:`sparkmagic_config`) and
-two more kernelspecs (:func:`sparkmagic_kernelspecs`). Ops' session settings go into
-sparkmagic's ``session_configs_defaults``, which sparkmagic (0.23, checked against a mock Livy
-in ``tests/integration/hub/test_livy_kernel.py``) merges recursively *under* ``session_configs``,
-the key that
-a student's ``%%configure`` replaces wholesale: a student's ``%%configure -f {"executorMemory":
-"4g"}`` adds to ops' queue and ``conf`` instead of replacing them. The merge is sparkmagic's;
-it is reproduced by :func:`effective_session` only to show ops what a session will get.
-
-sparkmagic 0.23 pins ``pandas < 3`` and ScaleLab's environment has pandas 3, so sparkmagic
-lives in an environment of its own (``install.sh`` makes ``.venv-livy``) and its kernels run
-that environment's Python, ``c.LivySettings.kernel_python``.
-
-Everything here is pure except :func:`write_sparkmagic_config`, :func:`prepare_server`,
-:func:`sparkmagic_problem` and :func:`setup`.
+``c.LivySettings`` gives each server sparkmagic's ``config.json`` (:func:`sparkmagic_config`)
+and two kernelspecs (:func:`sparkmagic_kernelspecs`), run by a Python of their own
+(``kernel_python``). Pure but :func:`write_sparkmagic_config`, :func:`prepare_server`,
+:func:`sparkmagic_problem` and :func:`setup`. Why: docs/design-notes.md, scalelab.kernels.livy.
 """
 
 from __future__ import annotations

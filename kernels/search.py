@@ -1,31 +1,9 @@
-"""A distributed hyperparameter search from the notebook: each trial a Spark task (issue 15).
+"""A distributed hyperparameter search from the notebook: each trial a Spark task.
 
-:func:`spark_search` runs Hyperopt's ``fmin`` with ``SparkTrials``: every trial is a Spark job
-of one task on the kernel's own session (local threads, a standalone cluster or YARN), up to
-``parallelism`` at once; Hyperopt's TPE proposes the next trials from the finished ones. ScaleLab
-adds what a course needs around it: the trials and the best one saved as JSON in the student's
-home in the store (also when the search is interrupted or times out), one line that says what
-happened, and the best parameters as values (``hp.choice`` gives the choice, not its index).
-
-Why Hyperopt: its ``SparkTrials`` is the maintained Spark backend of a search library (used by
-Databricks' runtime for ML): trials are Spark tasks on the session the student already has,
-with no other service to run, and it cancels the running trials' Spark job group when the cell
-is interrupted (``KeyboardInterrupt``), at ``timeout`` or on early stopping. Optuna has no Spark
-backend (its ask-and-tell interface would need our own dispatcher, cancellation and state), and
-Ray Tune needs a Ray cluster beside Spark.
-
-Usage in a notebook (``spark`` and ``store`` are the kernel's)::
-
-    from hyperopt import hp
-    from scalelab.kernels.search import spark_search
-
-    def objective(params):      # runs in an executor: import there, read data from the store
-        ...
-        return validation_loss  # or {"loss": ..., "status": "ok", ...}
-
-    result = spark_search(objective, {"lr": hp.loguniform("lr", -9, -2)}, max_evals=16,
-                          store=store, name="lr-search", parallelism=2)
-    result.best  # {"lr": 0.0031}
+:func:`spark_search` runs Hyperopt's ``fmin`` with ``SparkTrials`` on the kernel's own session
+(up to ``parallelism`` trials at once), saves the trials and the best one as JSON in the
+student's home in the store, says in one line what happened, and returns the best parameters.
+Why: docs/design-notes.md, scalelab.kernels.search.
 """
 
 from __future__ import annotations

@@ -1,32 +1,9 @@
 """Spark failures explained in the notebook: what happened and the exact setting to change.
 
-PySpark reports many memory failures as a Java stack trace or an opaque Py4J error
-("Connection refused", "Answer from Java side is empty"). :func:`explain` (pure) matches the
-failing cell's exception against known patterns and returns an :class:`Explanation` naming the
-Spark setting to change; :func:`install` makes IPython show it once, first in the failing
-cell's output, above the traceback, whose hundreds of Java frames are folded to the first few
-of each run (:func:`fold_java_frames`; the driver's log keeps them all).
-
-=========================================  =========================================================
-failure                                    setting named
-=========================================  =========================================================
-YARN master without the cluster's conf     ``HADOOP_CONF_DIR`` / ``YARN_CONF_DIR``
-Java missing / gateway exited at start     ``JAVA_HOME`` (and ``spark.driver.memory`` if invalid)
-driver JVM gone (OOM), opaque Py4J error   ``spark.driver.memory``
-driver heap ``OutOfMemoryError``           ``spark.driver.memory`` (local mode) /
-                                           ``spark.executor.memory`` (executors)
-executor's container killed for memory     ``spark.executor.memoryOverhead``,
-(YARN, exit 137/143; Kubernetes' OOM)      ``spark.memory.offHeap.size``,
-                                           ``spark.executor.memory``
-off-heap memory exhausted (off-heap on)    ``spark.memory.offHeap.enabled`` / ``.size``
-Python worker ``MemoryError``              ``spark.executor.pyspark.memory``
-result over ``spark.driver.maxResultSize``  ``spark.driver.maxResultSize``
-``spark`` used after ``spark.stop()``      ``spark`` (a new one starts at its next use)
-barrier stage larger than the cluster      ``num_processes`` (TorchDistributor),
-(TorchDistributor's ranks)                 ``spark.executor.instances`` / ``.cores``
-a TorchDistributor rank that failed        the training function: which rank, its
-                                           executor and host, its last lines
-=========================================  =========================================================
+:func:`explain` (pure) matches a failing cell's exception against known patterns and returns an
+:class:`Explanation` naming the setting; :func:`install` makes IPython show it first in the
+cell's output, above a traceback whose Java frames are folded (:func:`fold_java_frames`).
+Why: docs/design-notes.md, scalelab.kernels.spark_errors.
 """
 
 from __future__ import annotations

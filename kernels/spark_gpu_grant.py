@@ -1,21 +1,9 @@
 """Executor GPUs on a cluster, asked of the hub before the kernel's session starts.
 
-On a cluster master (standalone ``spark://...`` or ``yarn``) the executors get the cluster's
-GPUs, which the student's server does not hold; the course's GPU limits still apply to them
-(``GPUPolicy.max_gpus_per_application``, ``max_gpus_per_user``). Before it builds a session
-that asks for executor GPUs, the kernel asks the hub
-(``POST $JUPYTERHUB_API_URL/scalelab/users/$JUPYTERHUB_USER/spark-gpus`` with the server's
-own ``JUPYTERHUB_API_TOKEN``; :mod:`scalelab.hub_ext.hub.spark_gpus`; the application is
-``<spark.app.name>-<the kernel's pid>``, one grant per kernel) and does not build it
-when the hub refuses: ``spark`` then says why in one paragraph. The grant is given back when
-the session stops and when the kernel exits (best effort: the hub also releases a server's
-grants when the server stops).
-
-How many GPUs a session asks for (:func:`executor_gpus`, pure):
-``spark.executor.resource.gpu.amount`` times its executors, which are
-``spark.dynamicAllocation.maxExecutors`` with dynamic allocation, else
-``spark.executor.instances``, else on a standalone master ``spark.cores.max`` //
-``spark.executor.cores``, else YARN's default of 2.
+On a cluster master the kernel asks the hub (:mod:`scalelab.hub_ext.hub.spark_gpus`) for the
+GPUs its session's executors will use (:func:`executor_gpus`, pure), builds no session when
+refused (``spark`` says why), and gives the grant back when the session stops or the kernel exits.
+Why: docs/design-notes.md, scalelab.kernels.spark_gpu_grant.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """GPUs for Spark from the student's allocation: the GPUs the server holds, and only those.
 
-A server that ScaleLab's spawner gave GPUs has their UUIDs in ``SCALELAB_GPUS`` and
-``CUDA_VISIBLE_DEVICES``. Its PySpark kernel's session in local mode (the driver is the only
-executor) then declares them to Spark's resource scheduling: ``spark.driver.resource.gpu.amount``
-= their number, and a discovery script (``spark.driver.resource.gpu.discoveryScript``) that
-answers Spark with their addresses ``0 .. N-1``. Addresses are indices into the server's
-``CUDA_VISIBLE_DEVICES``, as Spark's GPU discovery scripts and pyspark's ``TorchDistributor``
-expect (it maps address *i* to the *i*-th visible device: here the *i*-th UUID the student
-holds), so a rank is never handed a GPU the student does not hold. A CPU-only server declares
-none. The GPUs go back with the server's (the allocation is the spawner's); nothing here holds
-them longer.
-
-Spark's discovery script protocol: an executable that prints one JSON object
-``{"name": "gpu", "addresses": ["0", "1"]}`` (Spark's ``ResourceInformation``; see Spark's
-``examples/src/main/scripts/getGpusResources.sh``).
+In local mode the PySpark session declares the server's GPUs (``SCALELAB_GPUS``) to Spark:
+``spark.driver.resource.gpu.amount`` and a discovery script answering addresses ``0 .. N-1``,
+indices into ``CUDA_VISIBLE_DEVICES``. A CPU-only server declares none.
+Why: docs/design-notes.md, scalelab.kernels.spark_gpus.
 """
 
 from __future__ import annotations

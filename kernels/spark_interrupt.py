@@ -1,19 +1,9 @@
 """Interrupting a cell stops its Spark jobs too: every task, TorchDistributor's ranks included.
 
-PySpark cancels the running jobs on SIGINT only with a handler of its own, which it installs
-when the SparkContext is made in the main thread; the kernel makes ``spark`` in the background,
-and ipykernel puts Python's default handler back around each cell anyway. So an interrupted
-cell (Kernel > Interrupt, ``I I``) raised ``KeyboardInterrupt`` in the notebook while the job
-went on in the executors: a TorchDistributor's ranks kept training and holding every task slot,
-and the next job waited behind them.
-
 :func:`install` registers a ``post_run_cell`` hook: after a cell that ended in
 ``KeyboardInterrupt``, every active job of the kernel's SparkContext is cancelled
-(``SparkContext.cancelAllJobs``). Spark then kills the jobs' tasks; a killed task's Python
-worker is stopped (``spark.python.task.killTimeout`` later), and pyspark's
-``torch_run_process_wrapper``, which watches that worker, terminates its torchrun, whose agent
-stops the rank processes. The call is made from a thread of its own, so on a Py4J connection of
-its own: the main thread's was cut in the middle of the interrupted call.
+(``cancelAllJobs``), from a thread of its own, so on a Py4J connection of its own.
+Why: docs/design-notes.md, scalelab.kernels.spark_interrupt.
 """
 
 from __future__ import annotations

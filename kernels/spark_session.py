@@ -1,26 +1,9 @@
 """The PySpark kernel's ``spark``: built in a background thread, so the first cell never waits.
 
-At kernel start :func:`begin` starts a thread that builds the ``SparkSession`` (about 10 s on a
-small machine) and puts a :class:`LazySparkSession` in the notebook as ``spark`` (and a lazy
-``sc``). A cell that does not touch ``spark`` runs at once; the first attribute access waits for
-the session and then behaves exactly like it. Before each later cell, ``spark``/``sc`` are
-swapped for the real objects (unless the student rebound the names). After ``spark.stop()``,
-the next cell finds a stand-in again (:func:`renew_if_stopped`, told in one line): the first
-use of ``spark`` or ``sc`` builds a new session with the same settings, and a student who
-makes their own (``SparkSession.builder...getOrCreate()``) gets theirs.
-
-The session is configured from the hub (``SCALELAB_SPARK_MASTER``, ``SCALELAB_SPARK_DRIVER_MEMORY``
-and ``SCALELAB_SPARK_CONF``, ops' further ``spark.*`` settings; see :mod:`scalelab.envvars`), with
-ScaleLab's settings for YARN when the master is ``yarn`` (:mod:`scalelab.kernels.spark_yarn`:
-client mode, Spark's jars and PySpark local to the NodeManagers; ops' settings win) and, in
-addition:
-
-- a Spark UI port of its own (``spark.ui.port``, a free port chosen at start, so many users'
-  drivers on one machine never collide) and, under JupyterHub, ``spark.ui.proxyBase`` =
-  ``/user/<name>/sparkui/<port>``, so the UI opens through the hub's proxy and the student's
-  server (:mod:`scalelab.hub_ext.server.spark_ui`, jupyter-server-proxy's handler);
-- the driver's log4j log written to ``<log dir>/spark-driver-<pid>.log``
-  (:func:`scalelab.common.logfiles.log_dir`), which the server extension streams live.
+:func:`begin` starts the build and puts a :class:`LazySparkSession` (and a lazy ``sc``) in the
+notebook; :func:`renew_if_stopped` brings a stand-in back after ``spark.stop()``. The session is
+configured from the hub's ``SCALELAB_SPARK_*`` variables, with its own UI port and driver log.
+Why: docs/design-notes.md, scalelab.kernels.spark_session.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Where a kernel's Spark UI is, told to the student's server by a small file per kernel.
 
-The server's page ``<base_url>scalelab/sparkui`` (JupyterLab's "Course > Spark UI...",
-:mod:`scalelab.hub_ext.server.spark_ui_page`) opens the Spark UI of the student's running
-kernel, so it must know which kernels have one and on which port. After each cell in which the
-kernel's active ``SparkContext`` changed, the kernel writes ``scalelab-sparkui-<kernel id>.json``
-beside its connection file, that is in the server's Jupyter runtime folder (private to the
-server: 0700, outside the home, made anew at each start by ScaleLab's spawner): the kernel id
-(from the connection file's name, ``kernel-<id>.json``), the UI's port, the application's id and
-name, the kernel's pid and when the context started. After ``spark.stop()`` the record is
-removed (at the end of that cell). Only a UI served behind the hub is recorded: one whose
-``spark.ui.proxyBase`` is ``.../sparkui/<its port>``, as the kernel's own session sets it; a
-session the student built with settings of their own has no such UI.
-
-The format (:class:`SparkUIRecord`, :func:`read_records`) is shared with the server, which
-trusts a record for nothing but a port to link to.
+After each cell in which its ``SparkContext`` changed, the kernel writes
+``scalelab-sparkui-<kernel id>.json`` beside its connection file (removed after ``spark.stop()``);
+:class:`SparkUIRecord` and :func:`read_records` are the format, shared with the server.
+Why: docs/design-notes.md, scalelab.kernels.spark_ui_record.
 """
 
 from __future__ import annotations

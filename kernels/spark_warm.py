@@ -1,33 +1,9 @@
-"""A Spark driver started ahead, taken by the next PySpark kernel: the kernel's side and the
-protocol.
+"""The warm Spark driver, taken by the next PySpark kernel: the kernel's side and the protocol.
 
-The single-user server keeps at most one *warm driver* (:mod:`scalelab.hub_ext.server.spark_warm`):
-a keeper process (:mod:`scalelab.kernels.warm_driver`) that computed the kernel's Spark settings
-with the kernel's own code (:func:`scalelab.kernels.spark_session.session_conf`, from the
-environment the kernel gets), started the driver JVM with them in the folder the next kernel is
-expected in, created its ``SparkContext`` and default ``SparkSession`` through py4j, ran one
-one-row job (so that the first cell's job does not load Spark SQL's classes), and waits on a
-UNIX socket, ``$SCALELAB_SPARK_WARM_SOCKET``.
-
-A PySpark kernel's background start (:func:`take_or_none`) connects and sends what a driver of
-its own would depend on (:func:`identity`: its working folder, interpreter, ScaleLab and PySpark
-versions and a digest of its environment). The keeper compares it with its own: on any
-difference it answers why and keeps the driver (the kernel starts its own as before); on a match
-it hands the driver to this kernel and to no other (it stops listening at once), with two file
-descriptors (``SCM_RIGHTS``): the write end of the JVM's stdin, whose closing ends the JVM
-(PySpark's own rule: the JVM exits when its stdin ends, so it dies with the kernel however the
-kernel ends), and the read end of the JVM's stderr, passed on to the kernel's stderr as a
-kernel-started JVM's is. The kernel then connects py4j to the JVM (``PYSPARK_GATEWAY_PORT`` /
-``_SECRET`` for pyspark's ``launch_gateway``, removed from the environment at once), wraps the
-JVM's context (``SparkContext(gateway=..., jsc=...)``: PySpark's Python side, with the kernel's
-own accumulator server) and its default session (``SparkSession(sc)``). The keeper stays, only
-to tell the kernel the JVM's exit status when it ends (what
-:func:`scalelab.kernels.spark_errors.driver_exit_status` reads, e.g. 52 after an
-OutOfMemoryError).
-
-Anything else (no socket, no keeper answering within :data:`CONNECT_TIMEOUT_S`, a declined
-identity, a failed attach) is the normal start: :func:`take_or_none` returns None and says why
-in one line on the kernel process's stderr (the server's log, not the notebook).
+:func:`take_or_none` sends the keeper (``$SCALELAB_SPARK_WARM_SOCKET``) the kernel's
+:func:`identity` and, on a match, takes its driver JVM (stdin and stderr by ``SCM_RIGHTS``) into
+the kernel's ``SparkContext`` and ``SparkSession``; otherwise None, and the kernel starts its own.
+Why: docs/design-notes.md, scalelab.kernels.spark_warm.
 """
 
 from __future__ import annotations

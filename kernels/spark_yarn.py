@@ -1,28 +1,9 @@
 """Spark on YARN from the PySpark kernel: client mode, Spark's own files local to the NodeManagers.
 
-With ``spark.master = yarn`` (``c.ScaleLabSpawner.spark_master = "yarn"``) the kernel's driver
-runs in the student's server (client mode: the notebook holds the driver) and its executors in
-YARN containers. Spark finds the ResourceManager in ``yarn-site.xml`` of ``HADOOP_CONF_DIR`` or
-``YARN_CONF_DIR`` (``c.ScaleLabSpawner.hadoop_conf_dir`` sets both).
-
-Without more, Spark would upload its ~400 MB of jars and PySpark's archives to the application's
-staging folder in HDFS at every session start. ScaleLab points Spark at the copies already on
-each NodeManager instead (``local:`` URIs, read where the container runs): the jars with
-``spark.yarn.jars = local:<SPARK_HOME>/jars/*``, PySpark itself with ``PYSPARK_ARCHIVES_PATH =
-local:<SPARK_HOME>/python/lib/pyspark.zip,local:<...>/py4j-<version>-src.zip``, and the
-executors' Python with ``PYSPARK_PYTHON`` (the kernel's own interpreter). So every NodeManager
-must have the same Python environment at the same path as the students' servers (a shared
-install, or the NodeManagers on the servers' machines, as on the test cluster); where it has
-not, ops set ``spark.yarn.jars`` (or ``spark.yarn.archive``) to an ``hdfs://`` copy in
-``c.ScaleLabSpawner.spark_conf`` and ``PYSPARK_ARCHIVES_PATH`` in the servers' environment:
-what ops set wins.
-
-Spark stages each application's files (its configuration, here nothing more) in
-``<spark.yarn.stagingDir>/<user>/.sparkStaging/<application>``, by default under the user's
-Hadoop home ``/user/<user>``, which a course cluster may not have made for every student. With
-the course store on HDFS, ScaleLab stages in the student's own home of the store instead
-(``spark.yarn.stagingDir = <store>/home``: ``<store>/home/<user>/.sparkStaging``), which the hub
-made, owned by the student; ops' ``spark.yarn.stagingDir`` wins.
+Client mode (the driver in the student's server); Spark's jars, PySpark and the executors'
+Python taken from ``local:`` paths on each NodeManager instead of uploaded at every start; the
+staging folder in the student's home of an HDFS store. What ops set wins.
+Why: docs/design-notes.md, scalelab.kernels.spark_yarn.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """A kernelspec manager whose allow-list also holds for starting kernels.
 
-jupyter_client's ``KernelSpecManager.allowed_kernelspecs`` hides other kernelspecs from the
-list, but ``get_kernel_spec`` still returns them, so a REST client could start any kernel
-installed beside the server (``POST /api/kernels {"name": "python3"}``). ScaleLab's servers use
-:class:`CourseKernelSpecManager`, which refuses those too.
-
-Kernelspec names are matched as jupyter_client matches them: case-insensitively, through
-:func:`normalise_kernel_name`, in the allow-list as in the look-up, so ``ScaleLab-PySpark`` (asked
-for or configured) is the kernel ``scalelab-pyspark``.
+:class:`CourseKernelSpecManager` refuses a kernelspec outside ``allowed_kernelspecs`` in
+``get_kernel_spec`` too, so a REST client cannot start another kernel; names are matched
+case-insensitively (:func:`normalise_kernel_name`), as jupyter_client matches them.
+Why: docs/design-notes.md, scalelab.kernels.specmanager.
 """
 
 from __future__ import annotations

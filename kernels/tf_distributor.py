@@ -1,28 +1,9 @@
 """Data-parallel TensorFlow on the Spark cluster: MultiWorkerMirroredStrategy in barrier tasks.
 
-:class:`TFDistributor` is the TensorFlow counterpart of pyspark's ``TorchDistributor``: it runs a
-training function in ``num_workers`` workers, one per task of a Spark barrier stage, each a
-fresh Python process started by its task with ``TF_CONFIG`` naming every worker (host from
-Spark's task infos, a free port each, exchanged with ``BarrierTaskContext.allGather``), so that
-``tf.distribute.MultiWorkerMirroredStrategy`` all-reduces the gradients between them (gRPC ring
-collectives on CPUs, NCCL on GPUs). Worker 0's return value comes back to the notebook.
-
-Why a fresh process per worker, not the task's own Python worker: TensorFlow configures its
-collective runtime once per process ("Collective ops must be configured at program startup"),
-and Spark reuses its Python workers, so a second run in the same notebook would fail; a child
-process also ends with its task (``PR_SET_PDEATHSIG``) when Spark kills the stage, for
-example when the student interrupts the cell or another worker fails.
-
-Keras 3's ``Model.fit`` does not run under ``MultiWorkerMirroredStrategy`` (it fails with
-"Attempt to convert a value (PerReplica:...) with an unsupported type": keras-team/keras#20585,
-open; reproduced here with TensorFlow 2.21 and Keras 3.15): the training function uses a custom
-loop, ``strategy.run`` of a step under ``tf.function`` with ``tf.nn.compute_average_loss``
-(TensorFlow's "Custom training with tf.distribute.Strategy" tutorial), with Keras layers,
-losses and optimizers built in ``strategy.scope()``. See docs/students-guide.md,
-"Data-parallel TensorFlow".
-
-The barrier stage needs ``num_workers`` task slots at once; with fewer, Spark's own check fails
-and :mod:`scalelab.kernels.spark_errors` explains it with the cluster's numbers.
+:class:`TFDistributor`, the TensorFlow counterpart of pyspark's ``TorchDistributor``, runs a
+training function in ``num_workers`` fresh Python processes, one per barrier task, with
+``TF_CONFIG`` naming every worker; worker 0's return value comes back. The function must use a
+custom training loop. Why: docs/design-notes.md, scalelab.kernels.tf_distributor.
 """
 
 from __future__ import annotations

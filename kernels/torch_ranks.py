@@ -1,19 +1,9 @@
 """What the ranks of pyspark's ``TorchDistributor`` printed, kept in the kernel to explain a crash.
 
-When a rank's training function raises, the notebook gets only "TorchDistributor failed during
-training. View stdout logs for detailed error message." inside a Py4J error: the rank's own
-traceback went elsewhere. ``TorchDistributor`` streams each barrier task's output (its torchrun
-and rank processes, ``[rank1]: Traceback ...``) over TCP to a server in the driver
-(``pyspark.ml.torch.log_communication``), which writes the lines to the kernel's stderr and keeps
-nothing. :func:`install` makes that server also keep the last :data:`LINES_KEPT` lines of each
-connection (one per barrier task, i.e. per node rank), so that
-:mod:`scalelab.kernels.spark_errors` can name the rank that failed and quote its last lines.
-
-Pure helpers parse what torchrun prints: :func:`rank_of` (which rank a connection's lines are
-from), :func:`exception_lines` (a rank's traceback, its ``[rankN]:`` prefix taken off) and
-:func:`root_cause` (torchrun's "Root Cause" block: host, exit code). :func:`task_places` asks the
-driver's UI REST API (``/api/v1/applications/<app>/stages/<stage>/<attempt>/taskList``) where
-each task of the failed stage ran.
+:func:`install` makes TorchDistributor's log server keep the last :data:`LINES_KEPT` lines per
+barrier task; :func:`rank_of`, :func:`exception_lines` and :func:`root_cause` parse torchrun's
+output (pure); :func:`task_places` asks the driver's UI where each task of the failed stage ran.
+Why: docs/design-notes.md, scalelab.kernels.torch_ranks.
 """
 
 from __future__ import annotations

@@ -1,30 +1,9 @@
 """Live progress of distributed training: per-epoch figures of every rank, in the notebook.
 
-A TorchDistributor job runs in the executors, and its cell shows nothing but the ranks' raw
-output until it ends. :class:`TrainingProgress` opens a small TCP server in the driver (the
-kernel) and shows a table in the cell that is updated in place (an IPython display handle) as
-figures come; the training function gets its :meth:`~TrainingProgress.reporter` (picklable: an
-address, a port and a token) and calls ``report(epoch=..., loss=..., samples_per_s=...)`` in
-each rank. Each report is one JSON line over TCP (a connection per rank process, opened at its
-first report); a report that cannot be sent is dropped with one warning on the rank's stderr,
-never failing the training.
-
-Usage in a notebook::
-
-    from scalelab.kernels.train_progress import TrainingProgress
-
-    def train(progress):
-        ...
-        for epoch in range(epochs):
-            ...
-            progress.report(epoch=epoch, loss=mean_loss, samples_per_s=rate)
-
-    with TrainingProgress() as progress:
-        TorchDistributor(num_processes=2, local_mode=False).run(train, progress.reporter())
-
-The table has a row per (epoch, rank), newest epoch last: ``epoch``, ``rank``, then every
-figure reported (numbers rounded to 4 significant digits), and the seconds since the table
-appeared (``at_s``).
+:class:`TrainingProgress` opens a small TCP server in the kernel and a table in the cell that is
+updated in place; each rank calls ``report(epoch=..., loss=..., ...)`` on its
+:meth:`~TrainingProgress.reporter`, and a report that cannot be sent never fails the training.
+Why: docs/design-notes.md, scalelab.kernels.train_progress.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
-"""The warm Spark driver's keeper: ``python -m scalelab.kernels.warm_driver --socket PATH
---parent PID``, started by the single-user server (:mod:`scalelab.hub_ext.server.spark_warm`)
-in the folder and with the environment of the next PySpark kernel.
+"""The warm Spark driver's keeper process, started by the single-user server for the next kernel.
 
-It computes the kernel's Spark settings with the kernel's code
-(:func:`scalelab.kernels.spark_session.session_conf`), starts the driver JVM with them as the
-kernel would (pyspark's ``launch_gateway``, the JVM's stderr through the kernel's filter of
-harmless lines), creates the ``SparkContext`` in the JVM as PySpark's ``SparkContext`` does
-(the same ``SparkConf``, PySpark's ``DEFAULT_CONFIGS``) and the default ``SparkSession`` with
-the options the kernel's builder passes, and runs one one-row job (described as ScaleLab's
-warm-up in the Spark UI). Then it answers on ``PATH`` (a UNIX socket, mode 0600), see
-:mod:`scalelab.kernels.spark_warm`: a kernel of another identity is told why; the first kernel
-of the same identity gets the driver, and the keeper stops listening. It then waits for the
-JVM to end and tells that kernel its exit status, as a bare interpreter (:data:`WAITER`).
-
-It writes one JSON object per line on stdout for the server: ``{"event": "ready", "app_id",
-"pid", "cwd"}``, ``{"event": "declined", "why", "cwd"}`` (the asking kernel's folder),
-``{"event": "taken", "kernel_pid", "app_id"}``, ``{"event": "exit", "status"}`` and
-``{"event": "failed", "why"}`` (then exit status 1). It ends on SIGTERM, and when the server
-that started it dies (``PR_SET_PDEATHSIG``); its end closes the JVM's stdin, which ends a JVM
-no kernel took.
+``python -m scalelab.kernels.warm_driver --socket PATH --parent PID`` starts the driver JVM as
+the kernel would, runs a one-row job, hands it to the first kernel of the same identity on
+``PATH`` (:mod:`scalelab.kernels.spark_warm`), then reports the JVM's exit; JSON events on stdout.
+Why: docs/design-notes.md, scalelab.kernels.warm_driver.
 """
 
 from __future__ import annotations

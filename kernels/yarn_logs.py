@@ -1,14 +1,9 @@
 """The YARN containers' logs of the kernel's Spark application, live in the server's log view.
 
-On YARN an executor's log (its ``stderr``: Spark's log4j lines and whatever the Python workers
-print) lives on the NodeManager that runs its container, and without log aggregation reaches
-nobody until the application ends. A PySpark kernel whose session runs on YARN starts
-:class:`ContainerLogMirror`: every :data:`POLL_S` seconds it asks the ResourceManager's REST API
-for the application's containers (``/ws/v1/cluster/apps/<app>/appattempts`` and
-``.../appattempts/<attempt>/containers``) and each NodeManager's REST API for their logs
-(``/ws/v1/node/containerlogs/<container>/stderr``), and appends what is new to
-``<log dir>/yarn-<container>-stderr.log``, which the server's live-log view
-(:mod:`scalelab.hub_ext.server.logstream`) follows like the driver's own log.
+:class:`ContainerLogMirror` asks the ResourceManager's and NodeManagers' REST APIs every
+:data:`POLL_S` seconds for the containers' ``stderr`` and appends what is new to
+``<log dir>/yarn-<container>-stderr.log``, which :mod:`scalelab.hub_ext.server.logstream` follows.
+Why: docs/design-notes.md, scalelab.kernels.yarn_logs.
 """
 
 from __future__ import annotations

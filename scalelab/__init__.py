@@ -1,19 +1,9 @@
 """ScaleLab: a JupyterHub extension bundle for teaching and doing deep learning on big data.
 
-One way in: :func:`configure` installs ScaleLab into a hub configuration (``scalelab up`` and
-an operator's own ``jupyterhub_config.py`` both end with ``scalelab.configure(c)``).
-
-Subpackages, each run by one kind of process (docs/architecture.md, "Layout", maps them onto
-the repository's folders and says which may import which):
-
-- :mod:`scalelab.commands` -- the ``scalelab`` command's verbs (:mod:`scalelab.cli`);
-- :mod:`scalelab.hub_ext` -- the hub process (``hub``), hub services (``services``), the
-  single-user server extension (``server``) and the labs (``labs``);
-- :mod:`scalelab.spawner` -- the course spawner layer, GPU allocation and queue;
-- :mod:`scalelab.kernels` -- kernelspecs and each kernel's start-up;
-- :mod:`scalelab.store` -- the course store: access, data sets, streaming;
-- :mod:`scalelab.common` and :mod:`scalelab.envvars` -- leaves every process shares;
-- ``scalelab.notebooks`` (the labs) and ``scalelab.templates`` (Jinja pages): package data.
+One way in: :func:`configure` installs ScaleLab into a hub configuration. Each subpackage is
+run by one kind of process: :mod:`scalelab.commands`, :mod:`scalelab.hub_ext`,
+:mod:`scalelab.spawner`, :mod:`scalelab.kernels`, :mod:`scalelab.store`, and the shared leaves
+:mod:`scalelab.common` and :mod:`scalelab.envvars` (docs/architecture.md, "Layout").
 """
 
 from __future__ import annotations

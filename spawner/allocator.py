@@ -1,25 +1,9 @@
 """The hub's GPU allocator: ledger, limits and queue behind one asyncio lock.
 
-One :class:`GPUAllocator` serves every spawner of a hub. It does no process or NVML work
-itself: a ``busy_check`` callable says whether a released GPU still has memory in use (NVML in
-production), and the spawner launches servers. Everything runs on the hub's event loop and
-nothing here blocks.
-
-Life of a request::
-
-    acquire() -- fits now and nobody waits --> Holding
-             \\-- otherwise --> queued (position, estimated wait) --> granted --> Holding
-                                   \\-- cancelled or abandoned --> removed, nothing held
-    release() --> each GPU checked (busy_check) --> free, or quarantined with the reason
-
-The queue survives a hub restart: every change is handed to ``saver`` (ScaleLab writes it to a
-JSON file, :mod:`scalelab.spawner.queue_store`), and :meth:`GPUAllocator.restore_queue` puts
-saved requests back in their places as *placeholders* -- requests whose spawn is not running
-yet. A placeholder keeps its place and its GPUs (nobody behind it gets them) until its spawn is
-started again (:meth:`GPUAllocator.acquire` for the same server takes the place over) or it is
-withdrawn. A request nobody has listened to for a grace time (the student closed the pending
-page) is withdrawn by :meth:`GPUAllocator.withdraw_abandoned`: its spawn fails with
-:class:`RequestWithdrawn`, and nothing stays queued or held.
+One :class:`GPUAllocator` serves every spawner of a hub, on its event loop, blocking nothing:
+``acquire`` grants now or queues, ``release`` checks each GPU (``busy_check``), ``restore_queue``
+brings saved requests back as placeholders, ``withdraw_abandoned`` ends unwatched ones.
+Why: docs/design-notes.md, scalelab.spawner.allocator.
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
 """The course layer: what makes a JupyterHub spawner start a ScaleLab course server.
 
-:class:`CourseSpawnerMixin` owns every course setting of a spawner, whatever runs the servers:
-the course store (and who each server is to it, ``store_identity_class``: see
-:mod:`~scalelab.spawner.store_identity`), Spark's master and driver memory, ScaleLab's
-kernelspecs and the kernel allow-list, Livy, and GPUs (profiles, limits, queue and the GPU
-source, from :class:`~scalelab.spawner.gpu_spawner.GPUSpawnerMixin`). It adds them to the
-server through the standard ``Spawner`` hooks only, ``get_env()`` and ``get_args()``, so that it
-combines with any JupyterHub spawner; put it first among the bases::
-
-    from batchspawner import SlurmSpawner
-    from scalelab.spawner.course import CourseSpawnerMixin
-
-    class CourseSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
-        pass
-
-    c.JupyterHub.spawner_class = CourseSlurmSpawner
-    c.CourseSlurmSpawner.store_url = "s3://course-bucket/course"
-
-:class:`~scalelab.spawner.local.ScaleLabSpawner` is this layer over JupyterHub's
-``LocalProcessSpawner``, :class:`~scalelab.spawner.kube_spawner.ScaleLabKubeSpawner` over
-KubeSpawner (with what a pod needs besides: GPU limits, a Secret for credentials).
-:func:`scalelab.spawner.validation.validate_spawner_config` checks a spawner class's settings in
-a hub configuration before the hub starts.
+:class:`CourseSpawnerMixin` owns every course setting of a spawner (store, Spark, kernelspecs,
+Livy, GPUs) and adds them through ``get_env()`` and ``get_args()`` only, so that it combines
+with any JupyterHub spawner: put it first among the bases.
+Why: docs/design-notes.md, scalelab.spawner.course.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """The hub's GPUs, in one object: allocator, inventory, policy, source, saved queue, sweeper.
 
-One :class:`GPUPool` per hub process, built once from the spawner's settings: when the hub
-starts (:func:`scalelab.spawner.hubstart.start_with_hub`), or else at the first spawner's first
-use. Everything that needs the hub's GPU state asks here, through public names only:
-
-- :meth:`GPUPool.current` -- the pool, or None while it is not built (no blocking, no await);
-- :meth:`GPUPool.ensure` -- the pool, built from a spawner's settings if need be (the inventory
-  is discovered in a worker thread);
-- :meth:`GPUPool.ensure_for` -- the same from a spawner class and the hub's configuration (the
-  GPU board, the hub-start work);
-- :meth:`GPUPool.restore` -- a holding found in a spawner's saved state (a server that ran
-  before a hub restart), put in the ledger now or when the pool is built.
-
-Building the pool also puts the queue saved before a restart (``gpu_queue_file``) back in line,
-from then on saves every queue change, and starts the task that withdraws queued requests nobody
-watches (``gpu_abandon_timeout``).
+One :class:`GPUPool` per hub process, built once (at hub start, or at the first spawner's first
+use); everything that needs the hub's GPU state asks it through :meth:`~GPUPool.current`,
+:meth:`~GPUPool.ensure`, :meth:`~GPUPool.ensure_for` and :meth:`~GPUPool.restore`.
+Why: docs/design-notes.md, scalelab.spawner.gpu_pool.
 """
 
 from __future__ import annotations

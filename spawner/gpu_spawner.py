@@ -1,27 +1,9 @@
 """GPUs of a course server: profiles, validated ``user_options``, allocation and queue.
 
-:class:`GPUSpawnerMixin` is the GPU part of the course layer,
-:class:`~scalelab.spawner.course.CourseSpawnerMixin`, which a spawner class puts first among its
-bases; the backend hands the granted GPUs (:attr:`GPUSpawnerMixin.gpu_uuids`) to its server
-(local processes: ``CUDA_VISIBLE_DEVICES``, see :mod:`scalelab.spawner.environment`).
-
-The hub keeps one :class:`~scalelab.spawner.gpu_pool.GPUPool` for all spawners: the allocator,
-built from the inventory of the GPU source (``gpu_source_class``: NVML, or ``declared_gpus``)
-and :class:`~scalelab.spawner.policy.GPUPolicy` when the hub starts
-(:func:`scalelab.spawner.hubstart.start_with_hub`), or else at the first spawner's first use.
-
-Per spawn attempt: ``apply_user_options`` validates the options (HTTP 400/409 with the reason
-on bad input, nothing allocated, one warning line in the hub log: see
-:mod:`scalelab.spawner.refusals`) and, for a GPU request, lifts JupyterHub's ``start_timeout``
-by ``gpu_queue_timeout`` so that waiting in the queue is not a failed start; ``start`` waits
-for the GPUs, then launches; ``progress`` reports the queue position and estimated wait.
-GPUs are released on stop, on death found by ``poll``, on a failed start and on cancel.
-
-The queue survives a hub restart (``gpu_queue_file``, see :mod:`scalelab.spawner.queue_store`
-and :mod:`scalelab.spawner.hubstart`), and a queued spawn whose pending page nobody has watched
-for ``gpu_abandon_timeout`` seconds is withdrawn: the spawn fails with a message the student
-sees on their next visit. A server found dead by ``poll`` leaves a note saying why its GPUs
-were released, shown in the spawn form and the progress of the next spawn.
+:class:`GPUSpawnerMixin`, the GPU part of :class:`~scalelab.spawner.course.CourseSpawnerMixin`:
+``apply_user_options`` validates, ``start`` waits in the hub's GPU queue then launches,
+``progress`` reports place and wait; GPUs go back on stop, death, a failed start and cancel.
+Why: docs/design-notes.md, scalelab.spawner.gpu_spawner.
 """
 
 from __future__ import annotations

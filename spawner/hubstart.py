@@ -1,21 +1,9 @@
 """ScaleLab's work at hub start: the GPU pool, and the queue started again after a restart.
 
-JupyterHub has no start-up hook, but it reads ``jupyterhub_config.py`` inside its event loop.
-:func:`start_with_hub`, called there (``scalelab up``'s generated configuration does), schedules
-:func:`at_hub_start`, which
-
-1. builds the hub's GPU pool (:class:`~scalelab.spawner.gpu_pool.GPUPool`) at once: the
-   inventory line (``N GPU(s) DECLARED ...``, ``... found by NVML``, or ``no GPU: servers run
-   CPU-only (...)``) is in the hub log when the hub starts, not at the first spawn; the queue
-   saved before a restart is loaded, each request in its original place
-   (:mod:`scalelab.spawner.queue_store`);
-2. once the hub runs, starts each restored request again through the hub's REST API, in its
-   student's name (a token of the student's own, allowed only their servers, valid 5 minutes
-   and deleted after use), with the options it had. The spawn takes its old place in line; the
-   student's pending page shows it again when reloaded.
-
-A request that cannot be started again (the user is gone, the server runs already) is dropped
-from the queue with a log line saying why.
+:func:`start_with_hub`, called in ``jupyterhub_config.py``, schedules :func:`at_hub_start`: it
+builds the GPU pool at once and, once the hub runs, starts each restored request again in its
+student's name; a request that cannot be started again is dropped with a log line.
+Why: docs/design-notes.md, scalelab.spawner.hubstart.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """Kubernetes: the GPUs granted by ScaleLab's allocator as KubeSpawner settings (pure builders).
 
-ScaleLab's ledger, limits and queue are the same on Kubernetes; only the last step differs: how
-a pod receives the GPUs its server was granted. Two ways, both as KubeSpawner trait values:
-
-- ``"count"`` (default): ask the NVIDIA device plugin for as many ``nvidia.com/gpu`` as were
-  granted (``extra_resource_limits``); the plugin picks the devices on the node the pod lands
-  on, and ScaleLab's ledger counts them.
-- ``"exact"``: run the pod on the node that has the granted devices, with the NVIDIA container
-  runtime and ``NVIDIA_VISIBLE_DEVICES`` set to their UUIDs, and no device-plugin request; for
-  clusters where ScaleLab owns the GPUs of its nodes.
-
-The spawner class is :class:`scalelab.spawner.kube_spawner.ScaleLabKubeSpawner`; this module
-holds the pure parts it uses: the GPU settings above, the node of exactly selected GPUs
-(:func:`node_of`), and the split of a server's environment into plain variables and a Secret
-(:func:`split_secret_env`).
-
-Source of the conventions: NVIDIA k8s-device-plugin (resource ``nvidia.com/gpu``) and the
-NVIDIA container toolkit (``NVIDIA_VISIBLE_DEVICES`` takes device UUIDs; ``void`` exposes none).
+Two modes: ``"count"`` asks the NVIDIA device plugin for as many ``nvidia.com/gpu``; ``"exact"``
+pins the granted UUIDs on their node (:func:`node_of`) through ``NVIDIA_VISIBLE_DEVICES``.
+:func:`split_secret_env` splits a server's environment into plain variables and a Secret.
+Why: docs/design-notes.md, scalelab.spawner.kube.
 """
 
 from __future__ import annotations

@@ -1,35 +1,9 @@
 """ScaleLab on Kubernetes: :class:`ScaleLabKubeSpawner`, the course layer over KubeSpawner.
 
-``jupyterhub-kubespawner`` (Zero to JupyterHub's spawner) makes the pod; ScaleLab adds, before
-and around it:
-
-- **GPUs granted before the pod exists.** ScaleLab's allocator (ledger, per-user/group/dated
-  caps, fair queue) grants the GPUs first; only then is the pod created, asking for exactly
-  them: ``gpu_mode = "count"`` asks the NVIDIA device plugin for as many ``nvidia.com/gpu``
-  (limits and requests), ``"exact"`` pins the granted devices by UUID on their node
-  (``gpu_nodes``) with the NVIDIA container runtime. A student beyond the inventory waits in
-  ScaleLab's queue with a visible place and estimate (the pending page), instead of a pod that
-  stays ``Pending`` until KubeSpawner's ``start_timeout``; Stop Server withdraws the request.
-- **Group-restricted GPU profiles.** A profile with ``"groups": [...]`` (``profiles``) is offered
-  to and accepted from members of those JupyterHub groups only; a tampered form or REST call
-  asking for it is refused with 403 before anything is allocated.
-- **Credentials in a Secret.** The store's per-student credentials (``SCALELAB_STORE_OPTIONS``
-  and the store identity's variables) and the server's hub token are put in a Secret of the
-  server's own (``<pod name>-scalelab``, created just before the pod, deleted with it); the pod
-  spec names them only as ``valueFrom.secretKeyRef``.
-- **The course environment**: the store, Spark, ScaleLab's kernels, Livy, the GPU session
-  deadline, as on the local spawner (:class:`~scalelab.spawner.course.CourseSpawnerMixin`).
-- **Per-profile pod settings**: ``profile_overrides`` maps a ScaleLab profile to KubeSpawner
-  settings (an image with CUDA, memory limits), in place of KubeSpawner's ``profile_list``.
-
-Configuration::
-
-    c.JupyterHub.spawner_class = "scalelab.spawner.kube_spawner.ScaleLabKubeSpawner"
-    c.ScaleLabKubeSpawner.store_url = "s3://course/course"
-    c.ScaleLabKubeSpawner.declared_gpus = [{"uuid": "GPU-node1-0"}, ...]  # the cluster's GPUs
-
-Needs ``pip install scalelab[kube]`` (``jupyterhub-kubespawner``). KubeSpawner's own settings
-(``image``, ``namespace``, ``cpu_limit``, storage...) are ``c.ScaleLabKubeSpawner.<setting>``.
+GPUs granted before the pod exists (or a place in ScaleLab's queue), group-restricted profiles,
+credentials in a Secret of the server's own, the course environment and per-profile pod
+settings (``profile_overrides``). Needs ``scalelab[kube]``; KubeSpawner's own settings are
+``c.ScaleLabKubeSpawner.<setting>``. Why: docs/design-notes.md, scalelab.spawner.kube_spawner.
 """
 
 from __future__ import annotations

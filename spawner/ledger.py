@@ -2,11 +2,7 @@
 
 Invariant: a GPU is held by at most one server. Every change goes through :class:`GPULedger`,
 which refuses anything that would break it. GPUs are named by NVML UUID, never by host index.
-
-Lifecycle of a GPU::
-
-    free --allocate--> held --release--> (memory check) --> free
-                                                  \\--busy--> quarantined --clear--> free
+A GPU goes free, held, then free again, or quarantined (memory still in use) until cleared.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
-"""``ScaleLabSpawner``: course servers as local processes (the course layer over
-JupyterHub's ``LocalProcessSpawner``).
+"""``ScaleLabSpawner``: course servers as local processes (over ``LocalProcessSpawner``).
 
-Who a server runs as:
-
-- ``system_users = True`` (``scalelab up`` run as root sets it): each student gets their own
-  system user, ``<system_user_prefix><username>`` (``jupyter-alice``), made on first start
-  (:mod:`scalelab.spawner.system_users`); the server, its kernels and Spark's driver run as it,
-  in a home owned by it (mode 0700), ``<home_root>/<username>`` when ``home_root`` is set. In a
-  local course store (``file://``), ``home/<username>`` is made that user's too, so the file
-  system itself keeps students out of each other's store folders.
-- ``home_root`` set and ``system_users`` off (``scalelab up`` not run as root, or with
-  ``--shared-identity``): no system accounts; each home is ``<home_root>/<username>`` and every
-  server runs as the hub's own user -- one identity for all, a single-user trial.
-- neither: servers run as the existing system user of the same name, as with
-  ``LocalProcessSpawner``.
-
-Everything else -- the course store, Spark, kernels, Livy, GPUs (the student picks a profile in
-the spawn form; the server gets the granted GPUs' UUIDs in ``CUDA_VISIBLE_DEVICES``, or an empty
-value, which hides every GPU from a CPU-only server) -- is the course layer's,
-:class:`~scalelab.spawner.course.CourseSpawnerMixin`, which any other JupyterHub spawner can use.
+A server runs as a system user per student (``system_users``), as the hub's own user with homes
+under ``home_root`` (a single-user trial), or as the existing system user of the same name.
+Everything else is the course layer's (:class:`~scalelab.spawner.course.CourseSpawnerMixin`).
+Why: docs/design-notes.md, scalelab.spawner.local.
 """
 
 from __future__ import annotations

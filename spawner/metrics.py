@@ -1,17 +1,9 @@
 """Prometheus series of ScaleLab's GPUs, served by the hub's own ``/hub/metrics``.
 
-prometheus-client's default registry is the one JupyterHub serves. Gauges are read from the
-hub's allocator at scrape time (a collector); the queue-wait histogram and the GPU-hours
-counter are updated by the spawner as requests are granted and GPUs released.
-
-Series:
-
-- ``scalelab_gpus_total``, ``scalelab_gpus_allocated``, ``scalelab_gpus_quarantined``;
-- ``scalelab_gpu_queue_length``: requests waiting;
-- ``scalelab_spark_executor_gpus_granted``: executor GPUs granted to students' Spark
-  applications on a cluster (counted against their limits, not in the inventory);
-- ``scalelab_gpu_queue_wait_seconds``: histogram of the time granted requests waited;
-- ``scalelab_gpu_hours_total{group}``: GPU-hours used, by JupyterHub group (``""``: no group).
+Gauges read from the allocator at scrape time (``scalelab_gpus_*``,
+``scalelab_gpu_queue_length``, ``scalelab_spark_executor_gpus_granted``); the spawner updates
+``scalelab_gpu_queue_wait_seconds`` and ``scalelab_gpu_hours_total`` as GPUs come and go.
+Why: docs/design-notes.md, scalelab.spawner.metrics.
 """
 
 from __future__ import annotations

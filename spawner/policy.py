@@ -1,23 +1,9 @@
 """GPU limits: per server, per user, per JupyterHub group, and limits that start on a date.
 
-Pure logic. The configuration (:class:`GPUPolicy`, typed traitlets) is turned into a list of
-:class:`LimitRule`; :func:`effective_limits` picks the rules that apply to a user on a day and
-keeps the most restrictive value of each kind; :func:`check_request` says whether a request
-fits. A misspelt key or a bad value in the configuration is an error when the hub starts.
-
-Example (``jupyterhub_config.py``)::
-
-    c.GPUPolicy.max_gpus_per_server = 4
-    c.GPUPolicy.max_gpus_per_user = 4
-    c.GPUPolicy.max_gpus_per_application = 4  # GPUs of one Spark application's executors
-    c.GPUPolicy.group_limits = {"ml-course": {"max_gpus_per_user": 2}}
-    c.GPUPolicy.dated_limits = [
-        {"from": "2027-05-20", "max_gpus_per_server": 1, "max_gpus_per_user": 2},
-    ]
-
-A Spark application on a cluster (standalone or YARN) asks for its executors' GPUs through
-:func:`check_application`: the per-application limit, and the per-user limit counted with what
-the user's servers and other applications hold (the per-server limit is for a server's own GPUs).
+Pure logic: :class:`GPUPolicy` (typed settings) becomes a list of :class:`LimitRule`;
+:func:`effective_limits` keeps the most restrictive of those that apply to a user on a day;
+:func:`check_request` and :func:`check_application` (a Spark application's executor GPUs) say
+whether a request fits. Why: docs/design-notes.md, scalelab.spawner.policy.
 """
 
 from __future__ import annotations

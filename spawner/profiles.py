@@ -1,14 +1,9 @@
 """Profiles and ``user_options``: what a student may ask for, validated on the hub (pure logic).
 
-A profile is what ops offer in the spawn form: "CPU only", "1 GPU", "2 GPUs" ... ``user_options``
-come from the form or from any REST client and are untrusted: :func:`parse_user_options` accepts
-only known keys with values of the right type and range, and says what is wrong otherwise.
-
-Accepted ``user_options`` (all optional)::
-
-    {"profile": "gpu-1",            # a profile slug; default: the profile marked default
-     "gpus": 1,                      # 0 .. the profile's gpus; default: the profile's gpus
-     "spark_driver_memory": "2g"}    # one of the offered sizes; default: the first one
+A profile is what ops offer in the spawn form ("CPU only", "1 GPU", ...). ``user_options`` are
+untrusted: :func:`parse_user_options` accepts only ``profile``, ``gpus`` and
+``spark_driver_memory``, with values of the right type and range, and says what is wrong.
+Why: docs/design-notes.md, scalelab.spawner.profiles.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The GPU queue: fair order, positions and estimated waits (pure logic, no I/O).
 
-The rule (documented for students and ops in docs/students-guide.md and docs/operators-guide.md):
-
-    Requests are served first come, first served. To be fair to light users, each request's
-    place in line is its arrival time plus ``fair_share_s_per_gpu_hour`` (default 300 s) for
-    every GPU-hour its user held in the last 7 days. So requests that arrive close together
-    go to the user who used fewer GPU-hours first; a heavy user waits longer, but never
-    forever, because the penalty is bounded by the hours actually used. The head of the line
-    is served first: a later, smaller request does not overtake it.
+First come, first served, each request's place moved back by ``fair_share_s_per_gpu_hour``
+(default 300 s) per GPU-hour its user held in the last 7 days; the head of the line is served
+first. The rule for students and ops is in docs/students-guide.md and docs/operators-guide.md.
 """
 
 from __future__ import annotations

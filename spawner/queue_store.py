@@ -1,18 +1,9 @@
 """The GPU queue on disk, so that it survives a hub restart (a JSON file, written atomically).
 
-JupyterHub keeps pending spawns in memory only: when the hub stops, a spawn waiting for GPUs is
-gone. ScaleLab writes every waiting request (its place, and the ``user_options`` to start it
-again) to ``ScaleLabSpawner.gpu_queue_file`` whenever the queue changes. When the hub starts
-again, the requests come back in their places and are started again in the students' names
-(:mod:`scalelab.spawner.hubstart`).
-
-File format (version 1)::
-
-    {"version": 1,
-     "queue": [{"server": "carol/", "user": "carol", "server_name": "", "gpus": 1,
-                "enqueued": 1796000000.0, "user_options": {"profile": "gpu-1", ...}}, ...]}
-
-``enqueued`` is seconds since the epoch: the request's original arrival, which keeps its place.
+Every waiting request (its place, its ``user_options``) is written to
+``ScaleLabSpawner.gpu_queue_file`` at each change of the queue (``{"version": 1, "queue": [...]}``)
+and started again after a restart by :mod:`scalelab.spawner.hubstart`.
+Why: docs/design-notes.md, scalelab.spawner.queue_store.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Refused server options: the client's 400 (or 409) as before, one warning line in the hub log.
 
-Options come from the spawn form or any REST client, so a refusal (an unknown profile, too many
-GPUs, a driver memory not offered, a wrong type, an unknown key) is the client's mistake, not
-the hub's. JupyterHub logs every failed spawn as if it were its own: the ``apply_user_options``
-hook's exception with its traceback at error level (``Spawner._run_apply_user_options``), then
-``Error starting <user>'s server`` at error level (``User.spawn``), the spawn form's handler
-the exception again with its traceback (``SpawnHandler._post``), and tornado the HTTP error's
-message as a warning. None of them can be told not to, so one student could flood ops' alerts.
-
-:func:`refuse` logs the one line (warning level, naming the user and the reason) and returns
-the :class:`OptionsRefused` to raise; the client gets the same status and message as before.
-:class:`QuietEchoes`, put on the hub log's handlers at the first refusal, drops JupyterHub's and
-tornado's echoes of it: records carrying the refusal as their exception, and warning or error
-records repeating its message within :data:`ECHO_WINDOW_S` seconds. Every other record passes.
+:func:`refuse` logs the one line (naming the user and the reason) and returns the
+:class:`OptionsRefused` to raise; :class:`QuietEchoes`, put on the hub log's handlers, drops
+JupyterHub's and tornado's echoes of it within :data:`ECHO_WINDOW_S` seconds.
+Why: docs/design-notes.md, scalelab.spawner.refusals.
 """
 
 from __future__ import annotations

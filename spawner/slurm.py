@@ -1,35 +1,9 @@
-"""``ScaleLabSlurmSpawner``: course servers as Slurm jobs (the course layer over batchspawner's
-``SlurmSpawner``), for a course whose GPUs are on a university's Slurm cluster.
+"""``ScaleLabSlurmSpawner``: course servers as Slurm jobs (over batchspawner's ``SlurmSpawner``).
 
-What ScaleLab adds to batchspawner's ``SlurmSpawner``:
-
-- **Profiles become Slurm requests.** A GPU profile asks Slurm for ``--gres=gpu:N``, with the
-  partition, QOS, time limit and account ops set per profile (``slurm_profiles``) or for all
-  (``slurm_partition``, ``slurm_qos``, ``slurm_time_limit``, ``slurm_account``).
-- **ScaleLab's caps before Slurm.** The limits of :class:`~scalelab.spawner.policy.GPUPolicy`
-  (per server, per user, per group, dated) are checked on the hub when the student asks
-  (HTTP 400/409 with the reason), before anything is submitted; Slurm queues what passes.
-- **Slurm's queue on the pending page.** While the job is pending, the progress events show
-  its place among the partition's pending jobs, in Slurm's priority order, and Slurm's
-  estimated start (``squeue --start``), updated every ``slurm_queue_poll_interval`` seconds.
-- **Why a job ended.** A job Slurm ends (time limit, preemption, node failure, out of memory,
-  ``scancel`` by someone else) is told to the student in Slurm's words: the state and reason
-  from ``sacct``, or from ``scontrol show job`` on a cluster without accounting.
-- **Which GPUs.** The server gets Slurm's ``CUDA_VISIBLE_DEVICES``; the GPUs Slurm gave the job
-  (node and GRES indices, ``"n1/gpu0"``) go into ScaleLab's ledger, so the GPU board shows who
-  holds what, and into the spawner state with the job id, so a restarted hub knows them again.
-  The hub's GPU inventory is the cluster's GRES (:class:`SlurmGPUs`).
-- **GPU readings from the GPU's node.** Each GPU server reads its GPUs through NVML on its node
-  and reports them to the hub under the same names, so the GPU board, the idle warning and
-  GPU-aware culling see them (:class:`SlurmGPUs`).
-- **Ready sooner.** The server's port is taken as soon as it is posted, and the server goes to
-  the hub once it listens (:meth:`ScaleLabSlurmSpawner.wait_listening`), so the hub's first
-  HTTP check finds it instead of waiting out JupyterHub's back-off.
-- Stop cancels the job (``scancel``), pending or running; the student can start again at once.
-
-Slurm's commands run on the hub's host (a Slurm client: ``sbatch``, ``squeue``, ``scancel``,
-``scontrol``; ``sacct`` where accounting is on) under batchspawner's ``exec_prefix`` for
-submission (by default ``sudo -E -u {username}``: jobs run as the student's system user).
+GPU profiles become ``--gres=gpu:N`` requests, ScaleLab's limits are checked before anything is
+submitted, the pending page shows Slurm's queue, a job's end is told in Slurm's words, Slurm's
+GPUs go into the ledger (:class:`SlurmGPUs`) and Stop cancels the job. Slurm's commands run on
+the hub's host. Why: docs/design-notes.md, scalelab.spawner.slurm.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """GPUs granted to students' Spark applications on a cluster (pure logic, no I/O).
 
-A Spark application whose executors run on a cluster (standalone or YARN) uses the cluster's
-GPUs, not the hub's inventory: the hub does not pick them (the cluster's scheduler does), it
-only counts them against the course's limits (:func:`scalelab.spawner.policy.check_application`).
-A grant is a number of GPUs for one application of one server; it counts toward the user's
-GPUs with what their servers hold, and goes when the application ends (the kernel says so),
-when a new grant for the same application replaces it, or when the server stops.
-
-Grants live in the hub's memory here and in their server's saved state (the spawner's
-``get_state``, in JupyterHub's database), from which a restarted hub puts them back, as it does
-the ledger's holdings.
+A grant is a number of the cluster's GPUs for one application of one server, counted against
+the course's limits with what the user's servers hold; it goes when the application ends, a new
+grant replaces it or the server stops, and lives in the server's saved state across restarts.
+Why: docs/design-notes.md, scalelab.spawner.spark_grants.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
-"""A local server's start told apart from its failure: the start waits until the server listens
-on its port or its process ends, whichever comes first, and an early end is explained.
+"""A local server's start told apart from its failure, and an early end explained.
 
-JupyterHub's ``LocalProcessSpawner.start`` returns as soon as the process is forked; a server
-that exits at once (a GPU it cannot use, a full home, a broken command) is then found only by
-waiting ``http_timeout`` for its HTTP API, and the student reads "didn't respond in 90 seconds"
-(under ``scalelab up``); meanwhile a REST start answers 500 from inside JupyterHub. With
-:class:`StartWatchMixin` the start fails within about a second of the exit with
-:class:`StartFailed`: the exit status in words, the last lines the server wrote (from its log
-file, secrets masked), and on a full disk which disk and what to do; a server that runs but
-never listens fails after ``http_timeout`` in the same way, not after twice that. JupyterHub
-logs the same message, tail included, in its "Not starting <user>'s server" line.
-
-Pure parts (:func:`log_tail`, :func:`redact`, :func:`failed_start_message`) are apart from the
-waiting (:func:`wait_listening`) and the mixin.
+:class:`StartWatchMixin`: the start waits until the server listens or its process ends, then
+fails with :class:`StartFailed` (the exit status in words, the log's last lines with secrets
+masked, a full disk named). :func:`wait_listening` waits; :func:`log_tail`, :func:`redact` and
+:func:`failed_start_message` are pure. Why: docs/design-notes.md, scalelab.spawner.start_watch.
 """
 
 from __future__ import annotations

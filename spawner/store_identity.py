@@ -1,24 +1,9 @@
 """Who a student's server is to the course store: the storage options each server gets.
 
-The guard in the server (:func:`scalelab.store.student_store`) runs in the student's own
-process, so it *explains* (a clear error for a path outside ``home/<user>`` and ``datasets``)
-but cannot *enforce*: with the hub's credential a student bypasses it (``open_store()``,
-``store.fs``, another ``JUPYTERHUB_USER``). Enforcement is the store's, and needs each server to
-reach the store as its student, never with the hub's credential. A :class:`StoreIdentity` gives,
-per student, the ``storage_options`` (and environment variables) the server gets; the spawner's
-``store_identity_class`` picks one:
-
-- :class:`SharedStoreIdentity` (the default): the hub's options, as before -- **no store-side
-  enforcement**. A local ``file://`` store is then protected by file permissions when servers
-  run as system users (``ScaleLabSpawner.system_users``); S3 and HDFS stores are not.
-- :class:`S3KeyFile`: each student's own S3 key, from a JSON file ops keep; the store's policy
-  limits each key to its home (the policy's shape is in the class).
-- :class:`HDFSUserIdentity`: the student's name as the HDFS user (``hdfs://``, ``webhdfs://``);
-  see the class for what it does and does not enforce.
-
-Each class is a configurable of its own (``c.S3KeyFile.key_file``), made with the spawner as its
-parent; a misspelt setting is refused when the hub starts. Nothing here does I/O when made;
-:class:`S3KeyFile` reads its file when a server starts.
+A :class:`StoreIdentity` (the spawner's ``store_identity_class``) gives each student's server
+its ``storage_options`` and environment: :class:`SharedStoreIdentity` (the hub's, the default:
+no store-side enforcement), :class:`S3KeyFile` (a key per student), :class:`HDFSUserIdentity`.
+Why: docs/design-notes.md, scalelab.spawner.store_identity.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """A system user per student, made on first start (as The Littlest JupyterHub does).
 
-With ``c.ScaleLabSpawner.system_users = True`` (``scalelab up`` run as root sets it) each student
-``alice`` gets the system user ``<prefix>alice`` (``jupyter-alice`` by default, TLJH's prefix):
-no login shell (``/usr/sbin/nologin``), its own group, and a home folder owned by it with mode
-0700. Their server, kernels and Spark driver run as that user (JupyterHub's
-``LocalProcessSpawner`` drops to it before ``exec``), so the kernel of one student cannot read
-another's files, environment (``/proc/<pid>/environ``, which holds the server's API token) or the
-hub's secrets. Users are made with Debian's ``useradd`` (package ``passwd``) and never removed.
-
-:func:`system_user_name` is pure; :func:`ensure_system_user` and :func:`private_folder` change the
-system and need root. Every failure is JupyterHub's :class:`~jupyterhub.spawner.SpawnException`
-with one line for the student and the hub log.
+With ``system_users = True``, student ``alice`` gets ``jupyter-alice`` (no login shell, its own
+group, a 0700 home), made with ``useradd`` and never removed. :func:`system_user_name` is pure;
+:func:`ensure_system_user` and :func:`private_folder` need root; failures are ``SpawnException``.
+Why: docs/design-notes.md, scalelab.spawner.system_users.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The hub configuration checked up front: the operator's file compiles, loads and validates.
 
-``scalelab up --config FILE`` and ``scalelab doctor --config FILE`` both call
-:func:`check_hub_config`, so a misspelt ScaleLab setting, a bad value or a Python syntax error
-in ``FILE`` is one clear message (and its fix) before the hub starts, instead of a hub log
-traceback. The validation itself, :func:`validate_hub_config`, is the one
-:func:`scalelab.configure` runs when the hub reads its configuration; this module only lets the
-commands call it earlier. Which sections it checks comes from
-:data:`scalelab.common.config_registry.CONFIG_CLASSES`.
+:func:`check_hub_config` (called by ``scalelab up --config`` and ``scalelab doctor --config``)
+runs :func:`validate_hub_config`, the check :func:`scalelab.configure` runs in the hub, earlier,
+on the sections of :data:`scalelab.common.config_registry.CONFIG_CLASSES`.
+Why: docs/design-notes.md, scalelab.hub_ext.hub.config_check.
 """
 
 from __future__ import annotations

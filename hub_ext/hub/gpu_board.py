@@ -1,16 +1,9 @@
 """The GPU board for ops: an admin-only hub page and REST endpoint.
 
-- ``GET /hub/api/scalelab/gpus`` (scope ``admin:servers``): JSON, see :func:`board_model`;
-- ``GET /hub/scalelab/gpus`` (scope ``admin-ui``): the same as a page (``gpu_board.html``).
-
-They run inside the hub process, beside the GPU pool (:class:`~scalelab.spawner.gpu_pool.GPUPool`,
-whose public accessors they use), so they are registered as
-``c.JupyterHub.extra_handlers = scalelab.hub_ext.hub.gpu_board.handlers()`` (JupyterHub logs that
-extra_handlers are deprecated in favour of services; a service could not see the queue).
-``scalelab.configure(c)`` registers them, with ScaleLab's templates folder for the page.
-
-Utilisation and memory in use come from the pool's GPU source (``gpu_source_class``); the GPU
-monitor reads them here, so culling sees exactly what the board shows.
+``GET /hub/api/scalelab/gpus`` (scope ``admin:servers``, JSON: :func:`board_model`) and
+``GET /hub/scalelab/gpus`` (scope ``admin-ui``, the page) run in the hub process beside the GPU
+pool; ``scalelab.configure(c)`` registers :func:`handlers`. The GPU monitor reads the board too.
+Why: docs/design-notes.md, scalelab.hub_ext.hub.gpu_board.
 """
 
 from __future__ import annotations

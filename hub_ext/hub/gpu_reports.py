@@ -1,26 +1,9 @@
 """The GPU readings that single-user servers report from the node that holds their GPUs.
 
-``POST /hub/api/scalelab/users/<user>/gpu-readings`` (scope ``users:activity`` on that user)::
-
-    {"server": "",                                   # the server's name ("" for the default)
-     "gpus": [{"uuid": "GPU-...", "utilization_pct": 35.0, "memory_used_mib": 2048}, ...]}
-
-answers 204 and keeps the readings in the hub's GPU source
-(:class:`~scalelab.spawner.gpu_source.ReportedGPUs`), from which the GPU board, and through it
-the GPU monitor's idle warning and culling, read them. Why a push from the server: it is the
-way a single-user server already tells the hub about itself (``jupyterhub-singleuser`` posts its
-activity to ``/hub/api/users/<user>/activity`` with its own token, which holds exactly the
-scope ``users:activity`` on its user, asked here too); the server's node can always reach the
-hub API (it must, for logins), whereas the hub reaching into each server would need a token
-with access to every server and the proxy's routes. A server reports only for its user, and
-only GPUs its server holds in the ledger are kept: a reading names a held UUID, or, where the
-server sees other UUIDs than the ledger's (Kubernetes' device plugin picks the devices), the
-held GPUs in order. A report naming a GPU of the hub's inventory that the server does not hold
-(another student's: a Slurm server names its GPUs ``"<node>/gpu<index>"`` as the hub does) is
-refused whole (403): no server can mark another's GPU idle.
-
-Registered by ``scalelab.configure(c)`` as ``c.JupyterHub.extra_handlers`` (inside the hub,
-beside the GPU pool), like the GPU board.
+``POST /hub/api/scalelab/users/<user>/gpu-readings`` (scope ``users:activity`` on that user)
+answers 204 and keeps the readings of the GPUs the server holds in the hub's GPU source
+(:class:`~scalelab.spawner.gpu_source.ReportedGPUs`); a report naming another's GPU gets a 403.
+Why: docs/design-notes.md, scalelab.hub_ext.hub.gpu_reports.
 """
 
 from __future__ import annotations

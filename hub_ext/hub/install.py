@@ -1,13 +1,8 @@
 """``scalelab.configure(c)``: ScaleLab installed into a JupyterHub configuration, in one call.
 
-The one way in, for ``scalelab up``'s generated configuration and for an operator's own
-``jupyterhub_config.py`` alike::
-
-    import scalelab
-    scalelab.configure(c)  # last, after every other setting
-
-It runs inside the hub process (JupyterHub reads its configuration file in its event loop) and
-in ``scalelab up`` / ``scalelab doctor``, which check a configuration before any hub starts.
+The one way in, for ``scalelab up``'s generated configuration and an operator's own
+``jupyterhub_config.py`` alike, called last. It runs inside the hub process, and in
+``scalelab up`` and ``scalelab doctor``, which check a configuration before any hub starts.
 """
 
 from __future__ import annotations

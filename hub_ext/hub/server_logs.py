@@ -1,18 +1,9 @@
 """Live logs of users' servers for ops: an admin-only hub page and a JSON-lines endpoint.
 
-- ``GET /hub/api/scalelab/logs/<user>[/<server>]`` (scope ``admin:servers`` on that user):
-  the server's log (:mod:`scalelab.spawner.server_logs`) as JSON lines
-  (``application/x-ndjson``), one object per line: ``{"user", "server", "line", "offset"}``,
-  where ``offset`` is the byte offset just after the line. ``?offset=N`` starts at byte N (a log
-  shipper resumes there); ``?follow=1`` keeps the response open and sends new lines as the
-  server writes them, until the client disconnects; ``?log=spark-driver-<pid>.log`` reads one
-  of the Spark drivers' logs (servers started with ``home_root``, as under ``scalelab up``).
-- ``GET /hub/api/scalelab/logfiles/<user>``: ``{"logs": [...]}``, the names there are.
-- ``GET /hub/scalelab/logs/<user>[/<server>]`` (scope ``admin-ui``): a page that follows it.
-
-Both answer 404 naming the user for a user the hub does not know (and never had logs of).
-
-The files outlive the servers, so the log of a server that crashed or was culled stays readable.
+``GET /hub/api/scalelab/logs/<user>[/<server>]`` (JSON lines; scope ``admin:servers``),
+``.../logfiles/<user>`` (the log names) and the page ``GET /hub/scalelab/logs/<user>[/<server>]``
+serve the log files of :mod:`scalelab.spawner.server_logs`, which outlive their servers.
+Why: docs/design-notes.md, scalelab.hub_ext.hub.server_logs.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """The server API's ``PATCH`` (``/hub/api/users/<user>/server[s/<name>]``): bad fields get a 400.
 
-JupyterHub 6's server PATCH (``UserServerAPIHandler.patch``) answers a field it does not know
-with a 500 (its message calls ``set.join``, an ``AttributeError``, logged with a traceback), so
-a client that sends server options at the top level (``{"profile": "gpu-1"}``, as the POST of
-a server accepts) gets an internal error. It also stores ``user_options`` unread, which the next
-start without options refuses only then.
-
 :class:`ServerPatchHandler` is JupyterHub's handler with a PATCH that first refuses, with a 400
-and one warning line (:func:`scalelab.spawner.refusals.refuse`):
-
-- a field other than ``name``, ``display_name`` and ``user_options`` (the message names it);
-- ``user_options`` that the server's ScaleLab spawner would refuse at its start (the same
-  message as the start's 400).
-
-Everything else is JupyterHub's own code. JupyterHub puts ``extra_handlers`` after its own
-routes, so :func:`mount` puts this handler before them on the running hub's tornado
-application (tornado's public ``Application.add_handlers``), as soon as the application exists,
-before the hub listens. ``scalelab.configure(c)`` calls it in a starting hub.
+and one warning line, a field other than ``name``, ``display_name`` and ``user_options``, or
+``user_options`` the server's spawner would refuse; :func:`mount` puts it before the hub's own.
+Why: docs/design-notes.md, scalelab.hub_ext.hub.server_patch.
 """
 
 from __future__ import annotations

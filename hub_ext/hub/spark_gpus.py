@@ -1,27 +1,9 @@
 """Executor GPUs of students' Spark applications on a cluster, within the course's GPU limits.
 
-A PySpark kernel whose session runs on a cluster (standalone ``spark://`` or ``yarn``) and asks
-for executor GPUs (``spark.executor.resource.gpu.amount`` times its executors) asks the hub
-first, with its server's own token (scope ``users:activity`` on its user, as the servers' GPU
-reports: :mod:`scalelab.hub_ext.hub.gpu_reports`):
-
-``POST /hub/api/scalelab/users/<user>/spark-gpus`` ::
-
-    {"server": "", "application": "scalelab-alice", "gpus": 4}
-
-answers 200 with ``{"grant": {"server", "application", "gpus", "since"}, "held": n}`` (``held``:
-the user's GPUs now, servers' and applications' together), or the limit's refusal: 400 over
-``max_gpus_per_application`` (never fits), 409 over ``max_gpus_per_user`` with what the user
-holds (stopping something makes room); each message names the limit and the fix. ScaleLab does
-not queue these: the cluster's own scheduler waits for free GPUs. A new grant for the same
-application replaces its previous one.
-
-``DELETE .../spark-gpus?server=<name>&application=<app>`` releases a grant (every grant of the
-server without ``application``) and answers 204; ``GET .../spark-gpus`` lists the user's grants
-and ``held``. The hub releases a server's grants when the server stops (the spawner's
-``release_gpus``), and keeps them in the server's saved state across a hub restart.
-
-Registered by ``scalelab.configure(c)`` as ``c.JupyterHub.extra_handlers``, like the GPU board.
+``POST``, ``DELETE`` and ``GET /hub/api/scalelab/users/<user>/spark-gpus`` (with the server's
+own token) grant, release and list a user's grants for applications: 200, or 400/409 over
+``max_gpus_per_application`` / ``max_gpus_per_user``; nothing is queued.
+Why: docs/design-notes.md, scalelab.hub_ext.hub.spark_gpus.
 """
 
 from __future__ import annotations

@@ -1,26 +1,9 @@
 """Releasing the labs: student versions written from the instructor's notebooks.
 
-A lab is authored once, with its solutions and hidden tests marked in nbgrader's syntax::
-
-    ### BEGIN SOLUTION
-    weights = closed_form(X, y)
-    ### END SOLUTION
-
-    ### BEGIN HIDDEN TESTS
-    assert abs(weights[0] - 0.12) < 1e-6
-    ### END HIDDEN TESTS
-
-The student version has each solution region replaced by a stub (in code, ``# YOUR CODE HERE``
-and ``raise NotImplementedError()`` at the region's indentation; in Markdown, ``YOUR ANSWER
-HERE``), every hidden-test region removed, visible tests (plain ``assert`` lines outside the
-regions) kept, and all outputs and execution counts cleared. Cells are kept one for one, with
-their ids, so a student cell can be matched with its reference cell.
-
-The transformations are nbconvert preprocessors (nbconvert comes with jupyter_server). nbgrader
-itself installs beside JupyterHub 6.1 and JupyterLab 4, but it also installs and enables its own
-server and JupyterLab extensions (formgrader, assignment list) in every student's server, which a
-course hub that does not grade with nbgrader must not get; the marker syntax is the same, so a
-course that adopts nbgrader later can keep its notebooks.
+Solutions and hidden tests are marked in nbgrader's syntax (``### BEGIN SOLUTION`` ...); the
+student version has solutions stubbed, hidden tests removed, visible tests kept and outputs
+cleared, cell for cell with their ids, through nbconvert preprocessors.
+Why: docs/design-notes.md, scalelab.hub_ext.labs.release.
 """
 
 from __future__ import annotations

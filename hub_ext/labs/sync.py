@@ -1,36 +1,9 @@
 """Delivering the course labs into a student's home, without ever losing the student's work.
 
-The labs ship as package data: the released student versions in ``scalelab.notebooks``'s
-``release/`` folder (written by ``scalelab labs release notebooks notebooks/release``; the
-instructor notebooks beside them are not delivered). :func:`sync_labs` runs at every server
-start and on the "Get new labs" page of the server extension. Per lab:
-
-- a lab never delivered is copied in;
-- a new version replaces the student's copy only if the student has not changed it (its bytes
-  are those ScaleLab wrote there); a changed copy is left alone and the new version lands beside
-  it as ``<name> (v<N>).ipynb``, with a first cell that says so;
-- a lab the student deleted or renamed comes back only when there is a new version of it.
-
-What was delivered is tracked in the home, in ``.scalelab/labs.json`` (:data:`MANIFEST`): for
-each lab the SHA-256 of its release and its version number, for each file written the SHA-256 of
-the bytes written. Every write (notebooks and manifest) goes to a temporary file beside its target
-and is renamed into place, so an interrupted sync (disk full, server stopped) leaves each file
-either old or new, and the next sync finishes the job.
-
-The home is the student's, so a sync expects anything there and never fails because of it:
-
-- the manifest is read only through :func:`parse_manifest`, which never raises on its content;
-  a malformed manifest (not JSON, not an object, a key missing, an entry of the wrong shape, over
-  1 MiB, a folder or a FIFO) is set aside as ``.scalelab/labs.json.bad-<UTC timestamp>`` (never
-  deleted); its well-formed entries are kept and the rest is rebuilt from the home, as is the
-  whole of a manifest that is gone;
-- rebuilding, a file whose bytes are those of the lab's release (``<name>``, or ``<name> (vN)``
-  as :func:`sync_labs` writes it beside a changed copy) counts as that lab delivered: no second
-  copy is made; any other file is the student's work, never overwritten;
-- a folder (or a broken link, or a FIFO) where a lab's file should be is left alone: the lab is
-  written beside it as ``<name> (vN).ipynb``;
-- each such repair is one line in :attr:`SyncReport.warnings` (and in ``messages``, which the
-  Course menu's page shows).
+:func:`sync_labs` (at every server start, and from the "Get new labs" page) copies new labs in,
+replaces unchanged copies, puts a new version beside a changed one, and tracks what it wrote in
+``.scalelab/labs.json`` (:data:`MANIFEST`, read only by :func:`parse_manifest`); its repairs
+are :attr:`SyncReport.warnings`. Why: docs/design-notes.md, scalelab.hub_ext.labs.sync.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """ScaleLab's jupyter_server extension, loaded by every user's single-user server.
 
-Enabled by the file ``etc/jupyter/jupyter_server_config.d/scalelab.json`` that the package
-installs. At server start it copies the course labs into the server's root folder (the
-student's home): :func:`deliver_labs`, which never makes the extension fail loading.
-
-A full home (``ENOSPC``, ``EDQUOT``) costs the student saving, never reading. Opening a
-notebook makes nbformat's notary write (its signing key on first use, the ``last_seen`` of a
-trusted notebook's row in ``nbsignatures.db``), which answered 500 on a full disk; the
-extension configures the notary (:func:`notary_config`: the key read or made once at start,
-:class:`SignatureDatabase` as its store) so that both only warn there. A save that cannot fit
-is refused up front with 507 and a message naming the disk (:func:`refuse_a_save_without_room`,
-a pre-save hook of the home's contents manager), before anything is written.
+Enabled by ``etc/jupyter/jupyter_server_config.d/scalelab.json``. At start it delivers the labs
+(:func:`deliver_labs`, which never fails the load); a full home costs saving, never reading
+(:func:`notary_config`, :class:`SignatureDatabase`, :func:`refuse_a_save_without_room`).
+Why: docs/design-notes.md, scalelab.hub_ext.server.extension.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """A GPU server's report of its own GPUs' readings to the hub, from the node that holds them.
 
-When the spawner sets ``SCALELAB_GPU_REPORT_S`` (the hub's GPU source takes reports:
-:class:`~scalelab.spawner.gpu_source.ReportedGPUs`), the server reads its GPUs every that many
-seconds through a GPU source of its own (``c.GPUReporter.source_class``: NVML by default) and
-posts them to ``POST $JUPYTERHUB_API_URL/scalelab/users/$JUPYTERHUB_USER/gpu-readings`` with its
-own hub token, as ``jupyterhub-singleuser`` posts its activity
-(:mod:`scalelab.hub_ext.hub.gpu_reports` says why a push, and what the hub keeps).
-
-Which GPUs: those of ``SCALELAB_GPUS`` the source can see (a shared host's NVML sees them all);
-when it sees none of them (a container whose device plugin picked the devices, whose UUIDs are
-not the ledger's), every GPU it sees. In a Slurm job (Slurm, not the hub, picked the GPUs) the
-server names its GPUs as the hub does, ``"<node>/gpu<index>"`` (:func:`slurm_gpus`: the node
-from ``SLURMD_NODENAME``, the GRES indices from ``SLURM_JOB_GPUS``), and reads each through the
-device ``CUDA_VISIBLE_DEVICES`` gives it in the same place. A failed read or post is logged
-(once until it works again) and tried again at the next period; it never stops the server.
+With ``SCALELAB_GPU_REPORT_S`` set, :class:`GPUReporter` reads the server's GPUs every that many
+seconds (``c.GPUReporter.source_class``, NVML by default) and posts them to the hub's
+``gpu-readings`` endpoint (:mod:`scalelab.hub_ext.hub.gpu_reports`); :func:`slurm_gpus` names
+a Slurm job's GPUs. Why: docs/design-notes.md, scalelab.hub_ext.server.gpu_report.
 """
 
 from __future__ import annotations

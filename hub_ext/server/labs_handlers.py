@@ -1,22 +1,9 @@
 """The "Get new labs" page and API of ScaleLab's server extension.
 
-- ``GET <base_url>scalelab/labs``: a page listing the course labs, which version the home holds
-  and whether a new one is waiting, with a "Get new labs" button (a form POST to the same URL).
-- ``POST <base_url>scalelab/labs``: runs :func:`~scalelab.hub_ext.labs.sync.sync_labs` on the
-server's root folder and shows its messages.
-- ``POST <base_url>scalelab/api/labs/sync``: the same, answering the
-  :class:`~scalelab.hub_ext.labs.sync.SyncReport` as JSON (``copied``, ``updated``, ``beside``,
-  ``messages``, ``refused``, ``problems``, ``warnings``); 507 with ``{"message": ...}`` when the
-  disk or the quota is full (``ENOSPC``, ``EDQUOT``), 500 with ``{"message": ...}`` when the sync
-  stopped for another reason (a file it may not write, a bug); one line, never a traceback.
-
-Malformed state in the home (a broken ``.scalelab/labs.json``, a folder named like a lab) is no
-error: the sync repairs or goes round it and says so in ``warnings`` (and ``messages``, which the
-page shows); each of those lines also goes to the server log as a warning.
-
-JupyterLab reaches the page from its "Course" menu (``hub_ext/jupyter-config/lab-overrides.json``,
-``help:open`` on ``/hub/user-redirect/scalelab/labs``), so no JupyterLab build is needed. Both
-POSTs need the ``contents`` write permission, like saving a file.
+``GET``/``POST <base_url>scalelab/labs`` (the page) and ``POST <base_url>scalelab/api/labs/sync``
+(JSON :class:`~scalelab.hub_ext.labs.sync.SyncReport`; 507 or 500 with one line) run
+:func:`~scalelab.hub_ext.labs.sync.sync_labs` on the server's root folder.
+Why: docs/design-notes.md, scalelab.hub_ext.server.labs_handlers.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Live logs in the single-user server: the server's own log and each Spark driver's, followed live.
 
-The server extension (:mod:`~scalelab.hub_ext.server.extension`) writes the single-user server's
-log to ``<log dir>/server.log`` and each PySpark kernel writes its Spark driver's log to
-``<log dir>/spark-driver-<pid>.log`` (:mod:`scalelab.kernels.spark_session`). These handlers,
-under the server's ``base_url`` and behind jupyter_server's authentication and authorization
-(resource ``scalelab_logs``, action ``read``), serve them while they grow:
-
-- ``GET <base_url>scalelab/logs`` -- a page listing the logs; a click follows one live;
-- ``GET <base_url>scalelab/api/logs`` -- JSON ``{"logs": [{"name", "size", "modified"}]}``;
-- ``GET <base_url>scalelab/api/logs/<name>`` -- ``text/event-stream``: the last ``tail`` bytes
-  (default 65536), then each new line as it is written, one event per line;
-  ``?follow=0`` answers the current text as ``text/plain`` instead.
-
-Only plain ``*.log`` files directly in the log folder are served; any other name is a 404.
+Handlers at ``<base_url>scalelab/logs`` (a page), ``scalelab/api/logs`` (the list) and
+``scalelab/api/logs/<name>`` (``text/event-stream``) serve the plain ``*.log`` files directly in
+the log folder while they grow (resource ``scalelab_logs``, action ``read``); others are a 404.
+Why: docs/design-notes.md, scalelab.hub_ext.server.logstream.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """The Spark UI of a student's drivers behind the hub: ``<base_url>sparkui/<port>/``.
 
-jupyter-server-proxy serves any local port under ``<base_url>proxy/<port>/``, but the Spark UI's
-own pages cannot work there: their scripts (Spark's ``utils.js``, ``getStandAloneAppId``) take
-the path segment after a segment named ``proxy`` for the application id -- the convention of
-YARN's web proxy, ``/proxy/<application id>/`` -- so behind ``proxy/<port>/`` every REST call
-of the Executors, Environment, SQL and task-table pages asks for application ``<port>`` and
-gets a 404, and those pages stay blank or "Loading..." for ever. Under ``sparkui/<port>/``
-the scripts find no such segment and ask the UI's REST API for the application id, as Spark's
-UI does when it is reached directly.
-
-:class:`SparkUIProxyHandler` is jupyter-server-proxy's own ``LocalProxyHandler`` (the same
-authentication, WebSocket and header handling) at that path. The kernel sets
-``spark.ui.proxyBase`` to the same path (:func:`scalelab.kernels.spark_session.ui_proxy_path`)
-and ``spark.ui.proxyRedirectUri = "/"``, so Spark's own redirects (the UI's root and its logo,
-to ``jobs/``) stay under it; a redirect to any other path of the UI's is put under it by the
-handler.
+:class:`SparkUIProxyHandler` is jupyter-server-proxy's ``LocalProxyHandler`` at that path, not
+at ``proxy/<port>/``, where the Spark UI's scripts break; the kernel sets ``spark.ui.proxyBase``
+to it, and redirects to other paths of the UI are put under it.
+Why: docs/design-notes.md, scalelab.hub_ext.server.spark_ui.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """The page that opens the Spark UI of the student's running kernel, ``<base_url>scalelab/sparkui``.
 
-JupyterLab reaches it from "Course > Spark UI..." (``hub_ext/jupyter-config/lab-overrides.json``,
-``help:open`` on ``/hub/user-redirect/scalelab/sparkui`` in a new tab), so no JupyterLab build is
-needed. The page reads the records that PySpark kernels write into the server's runtime folder
-(:mod:`scalelab.kernels.spark_ui_record`) and keeps those of kernels that still run: the kernel
-is one of the server's kernel manager's, its process lives, and something listens on the UI's
-port. Then:
-
-- one: a redirect (302) to that UI's Jobs page, ``<base_url>sparkui/<port>/jobs/``
-  (:mod:`scalelab.hub_ext.server.spark_ui` serves it);
-- several: a list of links to them, each named by its notebook's path (else the kernel's name),
-  with the application's name and when it started;
-- none: one line saying so and how to get one.
-
-Ports come from the records only (nothing in the request chooses one), and the page only
-links: the UI itself goes through the ``sparkui/<port>/`` route. Reading needs the ``kernels``
-read permission.
+It reads the records PySpark kernels write (:mod:`scalelab.kernels.spark_ui_record`), keeps
+those of kernels that still run, and redirects to the one UI, lists several, or says there is
+none; ports come from the records only. Reading needs the ``kernels`` read permission.
+Why: docs/design-notes.md, scalelab.hub_ext.server.spark_ui_page.
 """
 
 from __future__ import annotations

@@ -1,26 +1,9 @@
 """A Spark driver started ahead by the single-user server for the next PySpark kernel to take.
 
-A PySpark kernel's ``spark`` takes about 10 s to be usable on a small machine: the driver JVM
-starts, then Spark SQL loads its classes at the first query. :class:`SparkWarmer` keeps one
-driver ready instead: a keeper process (:mod:`scalelab.kernels.warm_driver`) started with the
-environment a kernel gets (the server's, plus the PySpark kernelspec's) in the folder the next
-kernel is expected in (the server's root, then the folder where the last PySpark kernel
-started). The next PySpark kernel of the same identity takes it
-(:mod:`scalelab.kernels.spark_warm`: same folder, interpreter, versions and environment, hence
-the same Spark settings: store, storage options, GPUs, master, driver memory, ops' settings);
-a kernel of another identity, or one that finds none ready, starts its own as before.
-
-Bounds: at most one warm driver per server, never handed to two kernels (its keeper stops
-listening once it handed it over); the next one starts :attr:`SparkWarmer.rewarm_delay_s`
-seconds after one was taken (so it does not compete with that kernel's first cells for the
-CPU); none when the server has no Spark (``SCALELAB_SPARK_MASTER`` unset: not a ScaleLab
-server), when its master is not local (an idle driver would hold a cluster's executors), when
-the PySpark kernel is not offered (``KernelSpecManager.allowed_kernelspecs``), when
-:attr:`SparkWarmer.enabled` is False, and after :attr:`SparkWarmer.max_failures` keepers in a
-row failed (the log says why). A driver nobody took is stopped with the server (on its exit,
-and by ``PR_SET_PDEATHSIG`` if it is killed); a taken one ends with its kernel.
-
-``GET <base_url>scalelab/api/spark-warm`` gives :meth:`SparkWarmer.status` (authenticated).
+:class:`SparkWarmer` keeps at most one warm driver per server (a keeper process,
+:mod:`scalelab.kernels.warm_driver`) for the next PySpark kernel of the same identity
+(:mod:`scalelab.kernels.spark_warm`); ``GET <base_url>scalelab/api/spark-warm`` is its status.
+Why: docs/design-notes.md, scalelab.hub_ext.server.spark_warm.
 """
 
 from __future__ import annotations

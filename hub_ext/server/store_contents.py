@@ -1,33 +1,9 @@
-"""The contents manager of a server with the course store: jupyter-fs' ``MetaManager``, with the
-store shown as the folder ``store`` of the home and its refusals answered as HTTP 403.
+"""The contents manager of a server with the course store as the folder ``store`` of the home.
 
-**One home.** jupyter-fs serves the store as a second drive, ``<drive>:<path>`` in the contents
-API, which JupyterLab's own file browser never shows. :class:`StoreMetaManager` shows it there as
-a folder at the home's root, ``store`` (``c.StoreDrive.folder_name``): every contents API call
-(get with and without content, save and chunked uploads, new untitled file, folder or notebook,
-rename, copy, delete, exists checks, checkpoints, ``/files/`` downloads) for ``store/<path>`` goes
-to the drive as ``<drive>:<path>``, and every model it answers, with its listing, has its paths
-back under ``store/`` (:mod:`scalelab.hub_ext.server.store_folder`). ``<path>`` is the path the
-kernel's ``store`` takes. A model's ``writable`` says whether the student may write there
-(``home/<user>/...``), so JupyterLab opens a data set's file as read-only. A kernel for a
-notebook in the store starts in the home's top folder (the store may be on an object store).
-A move between the home and the store is refused with HTTP 400 saying to copy instead (a copy
-works both ways); ``store`` itself cannot be deleted or renamed (403). When the home holds a
-real file or folder named ``store``, that one wins: it is shown and served as it is, the store
-is not shown, and the server logs a warning naming ``c.StoreDrive.folder_name``.
-jupyter-fs' own ``<drive>:<path>`` paths keep working as jupyter-fs answers them.
-
-**Errors.** The drive's file system (:class:`scalelab.store.StudentStore`) refuses a path
-outside the student's part of the store with :class:`~scalelab.store.errors.StoreAccessError`
-(a ``PermissionError``) before any I/O. jupyter-fs 1.2's ``FSSpecManager`` does not tell such a
-refusal from a failure (500 on save and rename, 400 on get); here each is
-``HTTPError(403, message)``, the message being the guard's, which names the path and the rule,
-e.g. ``writing 'datasets/songs/part-0.csv' is not allowed: datasets/ is read-only; write to
-home/alice/... instead.`` A full disk or quota (ENOSPC, EDQUOT) met while writing, in the home
-or the store, is ``HTTPError(507, message)`` naming the path, the disk and what to do
-(:func:`~scalelab.common.diskspace.full_disk_message`). In the store, a missing file is 404
-(jupyter-fs says 400) and a store that cannot be reached 503 with the setting to check. Every
-other error passes unchanged.
+:class:`StoreMetaManager` (jupyter-fs' ``MetaManager``) sends every contents API call for
+``store/<path>`` to the store's drive and back, and answers the store's refusals with 403, a
+full disk with 507, a missing file with 404 and an unreachable store with 503.
+Why: docs/design-notes.md, scalelab.hub_ext.server.store_contents.
 """
 
 from __future__ import annotations

@@ -1,25 +1,9 @@
-"""The course store as the folder ``store`` of the home in JupyterLab's file browser, through
-jupyter-fs.
+"""The course store as the folder ``store`` of the home in JupyterLab's file browser (jupyter-fs).
 
-ScaleLab's server extension (:mod:`scalelab.hub_ext.server.extension`) calls :func:`link` before the
-single-user server builds its contents manager, and :func:`load` once it runs:
-
-- the contents manager becomes jupyter-fs' ``MetaManager`` (as
-  :class:`~scalelab.hub_ext.server.store_contents.StoreMetaManager`): the home folder stays the
-  file browser's root (served by the contents manager ops configured, if synchronous), the store
-  is jupyter-fs' drive ``<hash>:path``, and the file browser shows it as the folder ``store`` at
-  the home's root (``c.StoreDrive.folder_name``), whose ``store/<path>`` is the path ``<path>``
-  the kernel's ``store`` takes; the store's refusals are HTTP 403;
-- jupyter-fs' own sidebar is not shown: its JupyterLab extension is disabled for every student
-  (``etc/jupyter/labconfig/page_config.d/scalelab.json`` in the environment, installed from
-  ``hub_ext/jupyter-config/page-config.json``);
-- the drive is the student's view of the store (URL ``scalelab:///``, see
-  :class:`scalelab.store.StudentStore`): ``home/<user>`` read-write, ``datasets/`` read-only,
-  ``..``, absolute paths and symlinks leaving them refused;
-- students cannot add drives of their own (``JupyterFs.allow_user_resources = False``), which
-  would otherwise let them mount any URL, ``file:///`` included.
-
-Ops turn the drive off with ``c.StoreDrive.enabled = False`` in ``jupyter_server_config.py``.
+:func:`link` (before the server builds its contents manager) and :func:`load` (once it runs)
+make it :class:`~scalelab.hub_ext.server.store_contents.StoreMetaManager` over the student's
+view of the store; ``c.StoreDrive.enabled = False`` turns the drive off.
+Why: docs/design-notes.md, scalelab.hub_ext.server.store_drive.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""The course store as a folder of the JupyterLab home: contents API paths to jupyter-fs' drive
-paths and back (pure logic, no I/O).
+"""The store as a folder of the JupyterLab home: contents API paths to drive paths and back (pure).
 
-The file browser shows the store as one folder at the home's root, ``store`` by default
-(``c.StoreDrive.folder_name``). Below it, paths are the store's own, the paths the kernel's
-``store`` takes: ``store/home/alice/x.csv`` in the file browser is
-``store.open("home/alice/x.csv")`` in a notebook. jupyter-fs' ``MetaManager`` serves the store
-as the drive ``<drive>:<path>``, and its models' paths are relative to the store root
-(``home/alice/x.csv``); :class:`~scalelab.hub_ext.server.store_contents.StoreMetaManager` maps
-one to the other with these functions.
+``store/<path>`` in the file browser (``c.StoreDrive.folder_name``) is jupyter-fs' drive path
+``<drive>:<path>``, and ``<path>`` is the path the kernel's ``store`` takes
+(``store/home/alice/x.csv`` is ``store.open("home/alice/x.csv")``); these functions map one to
+the other for :class:`~scalelab.hub_ext.server.store_contents.StoreMetaManager`.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """Culling that understands GPUs: the rules (pure) and their typed configuration.
 
-jupyterhub-idle-culler stops servers whose ``last_activity`` is older than its timeout. It
-cannot see two things, which ScaleLab's GPU monitor
-(:mod:`~scalelab.hub_ext.services.gpu_monitor`, a hub service) adds:
-
-- a server whose kernel is executing, or whose GPU is busy, is *active* even with no browser
-  open: the monitor moves its ``last_activity`` to now, so a training run is never culled;
-- a server that holds GPUs that all stay at or under ``busy_threshold_pct`` for
-  ``gpu_idle_timeout`` seconds is warned ``gpu_idle_warning`` seconds before, then stopped, so
-  its GPUs return to the pool. Its files are kept (stopping a server deletes nothing).
-
-A GPU whose utilisation cannot be read (a declared GPU, no NVML sample, a MIG instance) never
-counts as idle: a server is only stopped on evidence.
-
-:func:`decide` is the rule; :class:`ScaleLabCulling` holds the settings
-(``c.ScaleLabCulling.*`` in ``jupyterhub_config.py``); :func:`configure_culling` turns them into
-the two hub services.
+:func:`decide` is the rule: a server executing or with a busy GPU is active; one whose GPUs stay
+idle for ``gpu_idle_timeout`` is warned, then stopped; a GPU that cannot be read never counts as
+idle. :class:`ScaleLabCulling` holds the settings; :func:`configure_culling` makes two services.
+Why: docs/design-notes.md, scalelab.hub_ext.services.culling.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """ScaleLab's GPU monitor: a JupyterHub service that applies :func:`culling.decide`.
 
-Started by the hub (``c.JupyterHub.services``, see :func:`culling.configure_culling`) as
-``python -m scalelab.hub_ext.services.gpu_monitor '<settings JSON>'`` with its API token in
-``JUPYTERHUB_API_TOKEN``. Every ``poll_interval`` seconds it reads:
-
-- the running servers (``GET /hub/api/users?state=active``);
-- who holds which GPU and its utilisation (the GPU board, ``GET /hub/api/scalelab/gpus``);
-- each server's kernels (``GET <server>/api/kernels``), asked of the server directly at its
-  proxy target (``GET /hub/api/proxy``), so that the monitor's own requests never count as the
-  student's activity (neither in the proxy's nor in the server's ``last_activity``);
-
-and for each server: moves ``last_activity`` to now when it is active (so the idle culler leaves
-a training run alone), posts the idle-GPU warning to the server
-(``POST .../scalelab/api/notice``, which its kernels print, and a JupyterLab notification
-through :mod:`scalelab.hub_ext.services.lab_toast`), or stops the server (``DELETE`` of the server;
-files kept, GPUs back to the pool). Every decision that warns or stops is logged with its reason.
+Run by the hub as ``python -m scalelab.hub_ext.services.gpu_monitor '<settings JSON>'``; every
+``poll_interval`` seconds it reads the servers, GPUs and kernels, and for each server moves
+``last_activity`` to now, posts the idle-GPU warning, or stops it, logging every reason.
+Why: docs/design-notes.md, scalelab.hub_ext.services.gpu_monitor.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """The idle-GPU warning as a JupyterLab notification (the toast in the bottom right).
 
-JupyterLab 4 shows notifications through its Notification API; the frontend part that turns a
-server-sent message into one is the prebuilt extension ``jupyterlab-notifications-extension``
-(PyPI, installed with ScaleLab; no Node build). Its server part, loaded by every single-user
-server, takes ``POST <server>/jupyterlab-notifications-extension/ingest`` with
-``{"message", "type", "autoClose", "immediate"}``: with ``"immediate": true`` it pushes the
-notification at once over a WebSocket to every open JupyterLab tab of that server, and it also
-queues it, so a tab opened later shows it at its first poll (the extension de-duplicates by id).
-
-The GPU monitor (:mod:`~scalelab.hub_ext.services.gpu_monitor`) posts :func:`idle_gpu_warning`
-when it warns a server, and :func:`idle_gpu_withdrawn` when the idle spell ends after a warning. The
-payloads are pure; :func:`post_toast` is the one call, made with ``no_track_activity`` so the
-monitor's post never counts as the student's activity.
+:func:`idle_gpu_warning` and :func:`idle_gpu_withdrawn` are the payloads (pure);
+:func:`post_toast` posts one to the server's ``jupyterlab-notifications-extension``, with
+``no_track_activity`` so that it never counts as the student's activity.
+Why: docs/design-notes.md, scalelab.hub_ext.services.lab_toast.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""Run a hub service so that it ends with the hub:
-``python -m scalelab.hub_ext.services.service_guard
--- ARGV...``.
+"""Run a hub service so that it ends with the hub, even a hub that was killed.
 
-JupyterHub stops its managed services when it shuts down, but a hub that is killed (SIGKILL,
-out of memory) cannot: its culler and GPU monitor would run on, polling a hub that is gone. The
-guard asks Linux to send the service SIGTERM when its parent (the hub) dies
-(``prctl(PR_SET_PDEATHSIG)``, kept across ``exec``), then becomes ARGV. Elsewhere it only runs
-ARGV.
+``python -m scalelab.hub_ext.services.service_guard -- ARGV...`` asks Linux to send the service
+SIGTERM when its parent, the hub, dies (``prctl(PR_SET_PDEATHSIG)``, kept across ``exec``),
+then becomes ARGV. Elsewhere it only runs ARGV.
+Why: docs/design-notes.md, scalelab.hub_ext.services.service_guard.
 """
 
 from __future__ import annotations

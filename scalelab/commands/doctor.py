@@ -1,20 +1,9 @@
 """``scalelab doctor``: check what a course hub needs before students arrive.
 
-Each check is a function that returns a :class:`Check` (name, status, detail, fix) and never
-raises for a broken host: Java, Spark, the course store and the homes folder, NVML and the GPU
-inventory, configurable-http-proxy, every port the hub will listen on (the public one, the
-hub's own, the proxy's API) and the hub database, after the configuration itself (the
-operator's file compiles, runs and passes the hub's start-up validation). The checks read the
-hub's configuration (``scalelab up``'s defaults, plus the operator's ``jupyterhub_config.py``
-given with ``--config``), so they test what the hub will actually use.
-
-Doctor looks and never creates or changes anything: a missing local store is a failure whose
-fix is the ``scalelab data fetch`` that makes it; a missing homes folder, state folder or
-SQLite database is judged by whether the folder it would be made in is writable
-(``os.access``), not by writing there.
-
-Statuses: ``ok``; ``warn`` (the hub runs, with less: e.g. no GPU on a CPU machine); ``fail``
-(the hub or students' kernels will not work). :func:`exit_status` is 1 when any check failed.
+Each check is a function that returns a :class:`Check` (name, status ``ok``/``warn``/``fail``,
+detail, fix), never raises for a broken host and never creates or changes anything; the checks
+read the hub's configuration as the hub will. :func:`exit_status` is 1 when any check failed.
+Why: docs/design-notes.md, scalelab.commands.doctor.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """``scalelab doctor``'s checks of a Hadoop cluster: the namenode, the Kerberos ticket, YARN.
 
-They run only where the hub's configuration uses the cluster: the namenode check for an
-``hdfs://`` or ``webhdfs://`` course store, the ticket check where ``HADOOP_CONF_DIR`` says
-``hadoop.security.authentication = kerberos``, the ResourceManager check for
-``c.ScaleLabSpawner.spark_master = "yarn"``. Each reads the client configuration the servers get
-(``HADOOP_CONF_DIR``, else ``YARN_CONF_DIR``, in their environment) and looks: a TCP connection
-to each RPC port, one HTTP ``GET`` of WebHDFS's ``GETFILESTATUS`` and of the ResourceManager's
-REST API (``/ws/v1/cluster/info`` and ``/metrics``, Hadoop's documented ``ResourceManager REST
-API``), ``klist -s`` for the ticket. Nothing is written anywhere; each check answers within
-``timeout_s`` per address and never raises.
+Each runs only where the hub's configuration uses the cluster, reads the client configuration
+the servers get (``HADOOP_CONF_DIR``, else ``YARN_CONF_DIR``) and only looks: it writes
+nothing, answers within ``timeout_s`` per address and never raises.
+Why: docs/design-notes.md, scalelab.commands.doctor_hadoop.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Who ``scalelab up``'s servers run as: a system user per student, or one shared identity.
 
-Run by root, ``scalelab up`` gives every student a system user of their own
-(:mod:`scalelab.spawner.system_users`): the operating system keeps their files, processes and
-tokens apart, and away from the hub's secrets. Not run by root (or with ``--shared-identity``),
-every server runs as the user who ran ``scalelab up``: a single-user trial, where any student can
-read any other's work. Such a trial stays on loopback unless the operator says
-``--shared-identity`` explicitly.
-
+Run by root: a system user per student (:mod:`scalelab.spawner.system_users`); otherwise, or
+with ``--shared-identity``, a single-user trial as the user who ran ``scalelab up``.
 :func:`choose_identity` is pure; :func:`blocked_for_others` reads file modes.
+Why: docs/design-notes.md, scalelab.commands.identity.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """File modes of ``scalelab up``'s state folder: the hub's secrets readable by the hub alone.
 
-The database (users' API tokens), the cookie secret, the generated ``jupyterhub_config.py``, the
-GPU queue, the lock, run-record, port and pid files and the logs are the hub's user's alone
-(files 0600, ``logs/`` 0700); the hub process itself runs with umask 077, so what it writes
-later is private too. With a system user per student, the state folder is 0711 (students may
-enter it, not list it), and what students' servers must reach is open for reading: ``homes/``
-and ``share/`` (kernelspecs) 0755, and in a local course store the store folder, ``home/`` and
-``datasets/`` 0755, files in ``datasets/`` 0644, root's (students' own folders are 0700, made by
-the spawner).
-
-:func:`check_operator_config` refuses an operator's ``--config`` file (which may hold the admin
-password) that other users could read.
+The hub's files are its user's alone (0600, ``logs/`` 0700, umask 077); with a system user per
+student, what their servers must reach is open for reading. :func:`check_operator_config`
+refuses an operator's ``--config`` file that other users could read.
+Why: docs/design-notes.md, scalelab.commands.state_modes.
 """
 
 from __future__ import annotations

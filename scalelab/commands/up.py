@@ -1,19 +1,9 @@
 """``scalelab up``: a whole course hub on one machine, from embedded defaults.
 
-It prepares the state folder (kernelspecs, homes, the local store), takes a lock so that only one
-``scalelab up`` uses that folder, starts JupyterHub in a child process with the configuration of
-:mod:`scalelab.commands.up_config`, waits until the hub answers, and prints the URL and the
-password. Ctrl-C (SIGINT), SIGTERM or SIGHUP (the terminal closed) stops the hub, which stops
-every server it started; anything still alive after that is terminated, so no process is left
-behind -- except the servers the hub leaves running by design (``c.JupyterHub.cleanup_servers =
-False``), which the next run finds again. ``scalelab up`` is the subreaper of what it starts
-(:func:`~scalelab.common.pdeathsig.become_subreaper`), so a proxy or server whose hub exited
-(a failed start, a proxy restarted during shutdown) is still its descendant and is stopped too.
-If ``scalelab up`` itself is killed (SIGKILL), the kernel sends the hub SIGTERM
-(:mod:`scalelab.common.pdeathsig`), so the hub still stops its proxy and servers; the run record
-it leaves (:func:`~scalelab.commands.upstate.write_run_record`) tells the next ``scalelab up``
-what to stop, and its banner says what it found and did. A start refused before the hub runs
-removes what it created in the state folder.
+It prepares and locks the state folder, starts JupyterHub in a child process with
+:mod:`scalelab.commands.up_config`, waits until the hub answers and prints the URL and the
+password; Ctrl-C, SIGTERM or SIGHUP stops the hub and everything it started.
+Why: docs/design-notes.md, scalelab.commands.up.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """``scalelab up``'s embedded defaults, as a traitlets ``Config`` (pure: no I/O).
 
-What they set up on one machine: JupyterHub on loopback with SQLite, configurable-http-proxy,
-ScaleLab's spawner with homes under the state folder (no system accounts), Spark ``local[*]``,
-the course store as a local folder, and a shared-password login (JupyterHub's
-``SharedPasswordAuthenticator``). Ops change any of it in their own ``jupyterhub_config.py``,
-given to ``scalelab up --config``, which is loaded after these defaults. The generated file ends
-with ``scalelab.configure(c)`` (:mod:`scalelab.hub_ext.hub.install`), which adds ScaleLab's
-spawner class, pages, services and checks, as in any other hub.
+JupyterHub on loopback with SQLite, configurable-http-proxy, ScaleLab's spawner with homes under
+the state folder, Spark ``local[*]``, a local folder as the course store and a shared-password
+login. An operator's ``--config`` file is loaded after these defaults; the generated file ends
+with ``scalelab.configure(c)``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Files written whole or not at all: a temporary file beside the target, then ``os.replace``.
 
-A reader (or a crash) sees the old file or the new one, never half of it, because a rename
-within one folder is atomic on POSIX file systems. Every ScaleLab file that another process
-reads while it may be rewritten goes through here: the saved GPU queue, notices, released and
-delivered labs, sparkmagic's configuration, the store's local cache, and the student's writes
-to a local course store (:mod:`scalelab.store.access.student`).
-
-Every temporary file is named ``.<name>.scalelab-<8 hex digits>.part`` (:func:`part_path`,
-:func:`is_part_name`), so listings can leave exactly these out, and a rewrite keeps the mode of
-the file it replaces (and its owner and group where the process may set them: run as root).
+Every ScaleLab file that another process reads while it may be rewritten goes through here.
+Temporary files are named ``.<name>.scalelab-<8 hex digits>.part`` (:func:`part_path`,
+:func:`is_part_name`); a rewrite keeps the mode (and, run as root, owner and group) it replaces.
+Why: docs/design-notes.md, scalelab.common.atomicfile.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """GPU inventory: discovered through NVML (nvidia-ml-py), or declared in the configuration.
 
-NVML is the NVIDIA Management Library that ``nvidia-smi`` uses; its Python binding is the
-``nvidia-ml-py`` package (module ``pynvml``). Without an NVIDIA driver, ``nvmlInit`` raises
-``NVMLError_LibraryNotFound`` (a ``pynvml.NVMLError``): the inventory is then empty and ScaleLab
-runs CPU-only. With MIG mode on, each MIG instance is an allocatable device of its own, named
-by its ``MIG-...`` UUID, which ``CUDA_VISIBLE_DEVICES`` accepts.
-
-Every NVML call here blocks; the hub reaches them through its GPU source
-(:class:`scalelab.common.gpu_source.NVMLGPUs`), which its GPU pool asks in a worker thread, or
-through :func:`discover_gpus` and :func:`nvml_busy`, which run them in one.
+Without an NVIDIA driver the inventory is empty (CPU only); with MIG on, each MIG instance is a
+device of its own (``MIG-...`` UUID). Every NVML call here blocks: the hub runs them in a worker
+thread (:func:`discover_gpus`, :func:`nvml_busy`, or through its GPU source).
+Why: docs/design-notes.md, scalelab.common.gpu_inventory.
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """Where a hub's GPUs and their readings come from: one small interface, one class per source.
 
-A :class:`GPUSource` answers three questions, each of which may block (NVML, a scheduler's API);
-the hub asks them in a worker thread (:class:`~scalelab.spawner.gpu_pool.GPUPool`), never on
-its event loop:
-
-- :meth:`GPUSource.discover`: which GPUs may be handed out (once, when the pool is built);
-- :meth:`GPUSource.busy`: does a released GPU still have memory in use (quarantine);
-- :meth:`GPUSource.utilization`: utilisation and memory in use per GPU (the GPU board, and the
-  GPU monitor's culling through it). A GPU left out is *unknown*, which never counts as idle.
-
-Sources here: :class:`NVMLGPUs` (the host's GPUs through NVML), :class:`DeclaredGPUs` (the
-inventory written in ``ScaleLabSpawner.declared_gpus``; nothing can be read of them),
-:class:`ReportedGPUs` (a declared inventory of GPUs on other nodes, read by the servers that hold
-them and reported to the hub: :mod:`scalelab.hub_ext.hub.gpu_reports`; the reports are kept by
-:class:`ServerReports`, which the Slurm spawner's ``SlurmGPUs`` shares) and
-:class:`DeclaredReadings` (declared GPUs with declared readings: what a server reports where
-NVML cannot run, e.g. tests). The spawner's ``gpu_source_class`` picks one; another source is
-another subclass. Each source is a configurable of its own: its settings are
-``c.<ClassName>.<setting>``, and a misspelt one is an error when it is made.
+:class:`GPUSource` (``discover``, ``busy``, ``utilization``; each may block, so the hub asks in a
+worker thread) and its sources :class:`NVMLGPUs`, :class:`DeclaredGPUs`, :class:`ReportedGPUs`
+(reports kept by :class:`ServerReports`) and :class:`DeclaredReadings`; ``gpu_source_class``
+picks one. Why: docs/design-notes.md, scalelab.common.gpu_source.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
-"""Children that end when the process that started them dies: Linux's ``PR_SET_PDEATHSIG``;
-and orphans that come back to the process that started their parent: ``PR_SET_CHILD_SUBREAPER``.
+"""Children die with their parent (PR_SET_PDEATHSIG); orphans come back (PR_SET_CHILD_SUBREAPER).
 
-``scalelab up`` starts the hub in a session of its own (so Ctrl-C reaches only ``scalelab up``,
-which then stops the hub in order). If ``scalelab up`` is killed outright (SIGKILL, the OOM
-killer), nothing would stop the hub: it would run on with parent 1, with its proxy and servers.
-With :func:`die_with_parent` as Popen's ``preexec_fn``, the kernel sends the child a signal
-(SIGTERM: JupyterHub then stops its proxy and servers as on a normal stop) when its parent dies.
-
-A process that started the hub cannot see what the hub leaves behind when it exits (its proxy, a
-server): those orphans go to PID 1. With :func:`become_subreaper`, they go to ``scalelab up``
-instead, which then still sees them as its descendants and can stop them.
-
-No maintained PyPI package does this one call (``python-prctl``: last release 2020, a C extension
-needing libcap headers; ``pyprctl``: 2021), so it is ``prctl(2)`` through ctypes.
+:func:`die_with_parent`, as Popen's ``preexec_fn``, has the kernel send the child SIGTERM when
+its parent dies; :func:`become_subreaper` makes orphans of the process's children its own, so it
+can still stop them. Both are ``prctl(2)`` through ctypes.
+Why: docs/design-notes.md, scalelab.common.pdeathsig.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
-"""Known-harmless lines that native code writes straight to stderr, dropped by their own text;
-every other byte passes through, in order.
+"""Known-harmless lines that native code writes straight to stderr, dropped by their own text.
 
-Some libraries write to file descriptor 2 before any setting of theirs applies, so no log level
-and no Python warning filter reaches them, and in a notebook whatever reaches fd 2 is a red
-stderr box: TensorFlow's "oneDNN custom operations are on" (abseil writes it before its logging
-is initialised, whatever ``TF_CPP_MIN_LOG_LEVEL`` says: abseil-cpp#1718, tensorflow#102212) and
-the JVM's "WARNING: Using incubator modules: jdk.incubator.vector" (Spark 4's launcher always
-adds that module, and the JVM has no setting to keep the line quiet).
-
-- :class:`Harmless` names one such line (a regular expression over the whole line, without its
-  line end) and, optionally, a line that comes just before it and goes with it;
-- :class:`LineFilter` drops them from a stream of bytes (pure), and may fold the frames of a
-  Java stack trace that a JVM prints itself (an uncaught exception in one of its threads) into
-  one line;
-- :func:`forward` copies a pipe to a file descriptor through a filter, in a thread;
-- :func:`filtered_stderr` sends fd 2 through a filter for the length of a block (an import).
+:class:`Harmless` names one such line (and, optionally, the line before it); :class:`LineFilter`
+drops them from a byte stream (pure) and may fold a JVM's own stack traces into one line;
+:func:`forward` copies a pipe through a filter; :func:`filtered_stderr` filters fd 2 for a block.
+Why: docs/design-notes.md, scalelab.common.stderr_lines.
 """
 
 from __future__ import annotations

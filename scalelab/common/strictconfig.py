@@ -1,12 +1,9 @@
 """Configuration sections that refuse misspelt settings, with one message format.
 
-traitlets only *warns* about a name in ``c.<Class>`` that the class has no trait for, and the
-hub then starts with the setting silently ignored. ScaleLab's own sections refuse such names:
-:class:`StrictConfigurable` when the object is made, :func:`check_section` for a section read
-before any object exists (the hub's start-up check). The message names each unknown setting
-and the nearest real one::
-
-  c.ScaleLabSpawner has unknown setting(s) ['store_ulr'] (did you mean 'store_ulr' -> 'store_url'?)
+:class:`StrictConfigurable` refuses an unknown name in ``c.<Class>`` when the object is made,
+:func:`check_section` in a section read before any object exists (the hub's start-up check);
+the message names each unknown setting and the nearest real one.
+Why: docs/design-notes.md, scalelab.common.strictconfig.
 """
 
 from __future__ import annotations

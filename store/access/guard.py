@@ -1,15 +1,9 @@
 """Which paths of the course store a student may see, read and write (pure logic, no I/O).
 
-A student's part of the store is two roots: their home ``home/<user>`` (read and write) and the
-shared ``datasets/`` (read only). The store root and ``home`` are the view's own folders: they
-hold exactly those roots (``""`` -> ``home`` and ``datasets``, ``home`` -> ``home/<user>``), and
-with the two roots they are folders of the view whatever the store holds
-(:meth:`StoreView.children`, :meth:`StoreView.is_folder`), so that a store which may not be
-listed above the roots (a per-student S3 key) is never asked about them. Paths are relative to
-the store root, with ``/`` as separator. Absolute paths, URLs and ``..`` are refused outright,
-never resolved, so no spelling can leave the allowed roots.
-Symlinks are a property of the file system, not of the path: the I/O layer
-(:mod:`scalelab.store.access.student`) checks where they point with :meth:`StoreView.check_target`.
+Two roots: ``home/<user>`` (read and write) and ``datasets/`` (read only); the store root and
+``home`` are the view's own folders (:class:`StoreView`). Absolute paths, URLs and ``..`` are
+refused outright; symlinks are checked by the I/O layer with :meth:`StoreView.check_target`.
+Why: docs/design-notes.md, scalelab.store.access.guard.
 """
 
 from __future__ import annotations

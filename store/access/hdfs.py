@@ -1,12 +1,8 @@
 """HDFS stores: Hadoop configuration, HA nameservices, Kerberos, and which client to use.
 
-Resolution is pure (functions of the configuration and the environment they are given); only
-:func:`read_hadoop_conf` reads files and :func:`open_hdfs` opens a client. Clients, in order:
-
-1. hdfs-native (``pip install hdfs-native``): JVM-free, registers fsspec's ``hdfs`` protocol and
-   reads ``HADOOP_CONF_DIR`` and the Kerberos ticket cache itself;
-2. pyarrow's ``HadoopFileSystem`` (fsspec ``arrow_hdfs``), which needs libhdfs and a JVM
-   (``ARROW_LIBHDFS_DIR`` or ``HADOOP_HOME``, and ``CLASSPATH``).
+Resolution is pure; only :func:`read_hadoop_conf` reads files and :func:`open_hdfs` opens a
+client: hdfs-native (JVM-free, fsspec's ``hdfs``) first, else pyarrow's ``HadoopFileSystem``
+(fsspec ``arrow_hdfs``, with libhdfs and a JVM).
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
-"""hdfs-native across ``fork()``: the ``hdfs://`` store's file system, safe in forked children
-(DataLoader workers, ``multiprocessing`` with the fork start method).
+"""hdfs-native across ``fork()``: the ``hdfs://`` store's file system, safe in forked children.
 
-hdfs-native (0.14) is not fork-safe, in two ways measured on the HDFS test cluster:
-
-- A ``Client`` holds a tokio runtime whose threads ``fork()`` does not copy: the parent's client
-  used in a child hangs, and so does *dropping* it there (the runtime waits for its threads).
-- Finished block reads leave their DataNode connection in a process-wide cache for 3 s
-  (``DATANODE_CACHE_EXPIRY`` in hdfs-native's ``connection.rs``, as Hadoop's
-  ``dfs.client.socketcache.expiryMsec``). A child that reads within those 3 s takes the
-  parent's connection, registered with the parent's runtime, and waits for it forever, even
-  through a client of its own.
-
-:class:`ForkSafeHdfsFileSystem` answers both: it makes a new client in each process that uses
-it (the inherited ones are kept alive, unused, in the child, never dropped), and a forked child
-waits, before its first read, until the parent's cached connections have expired (never longer
-than :data:`DATANODE_CACHE_EXPIRY_S` after the parent's last read; not at all when the parent
-read nothing just before the fork).
+:class:`ForkSafeHdfsFileSystem` makes a new hdfs-native client in each process that uses it
+(inherited ones are kept, unused), and a forked child waits before its first read until the
+parent's cached DataNode connections expire (:data:`DATANODE_CACHE_EXPIRY_S`).
+Why: docs/design-notes.md, scalelab.store.access.hdfs_fork.
 """
 
 from __future__ import annotations

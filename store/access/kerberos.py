@@ -1,18 +1,9 @@
 """Kerberos tickets for an HDFS store: what the student must run when theirs is missing or expired.
 
-A student's server on a Kerberos cluster reaches HDFS with the student's own ticket (in the
-ticket cache ``KRB5CCNAME``, from ``kinit``). Without one, or with one that has expired, both
-clients fail at once, each in its own words: hdfs-native raises a ``RuntimeError`` holding the
-GSSAPI status (``GSS_S_NO_CRED`` ... "No Kerberos credentials available", or ``GSS_S_FAILURE``
-... "Ticket expired"); fsspec's WebHDFS gets HTTP 401 from the namenode's SPNEGO filter. Either
-becomes ONE :class:`~scalelab.store.errors.KerberosTicketError` naming the ``kinit`` command
-with the student's principal and keytab, which ops give each server in the environment:
-``SCALELAB_KERBEROS_PRINCIPAL`` (``alice@EXAMPLE.ORG``) and ``SCALELAB_KERBEROS_KEYTAB`` (a
-path), e.g. through ``c.Spawner.environment``; where they are unset the message says so.
-
-Everything here is pure but :func:`ticket_cache_exists`; tested in
-``tests/integration/hadoop/test_store_kerberos.py``
-(against the test cluster's KDC: ``tests/support/hadoopcluster.py`` with ``kerberos=True``).
+A missing or expired ticket, in hdfs-native's or WebHDFS's words, becomes one
+:class:`~scalelab.store.errors.KerberosTicketError` naming the ``kinit`` command, from
+``SCALELAB_KERBEROS_PRINCIPAL`` and ``SCALELAB_KERBEROS_KEYTAB``; pure but
+:func:`ticket_cache_exists`. Why: docs/design-notes.md, scalelab.store.access.kerberos.
 """
 
 from __future__ import annotations

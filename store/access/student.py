@@ -1,31 +1,9 @@
 """A student's view of the course store: an fsspec file system limited to their home and datasets.
 
-``student_store()`` in a kernel, and the JupyterLab drive (URL ``scalelab:///``), give a
-:class:`StudentStore`: paths relative to the store root, ``home/<user>/...`` read-write and
-``datasets/...`` read-only (:mod:`scalelab.store.access.guard`), symlinks leaving them refused on a
-local store. The store root and ``home`` are the view's own folders: ``ls("")`` is ``datasets``
-and ``home``, ``ls("home")`` is ``home/<user>``, and these and the two roots are directories to
-``info``/``exists``/``isdir`` without asking the store, which a per-student S3 key
-(:class:`~scalelab.spawner.store_identity.S3KeyFile`) may not list above the roots. Every call
-that walks the store (get, copy, find, glob, walk, du, expand_path, cat, put) expands paths by
-the same rule as ``ls`` and acts through the checked single-path methods
-(:mod:`scalelab.store.access.walkguard`), so none sees more than ``ls`` shows. Two promises on
-top of fsspec:
-
-- a write to a local store goes to a temporary file beside the target, renamed over it only when
-  the file is closed without error, so a failed or interrupted write leaves the old file (or
-  none), never half of one; object stores (S3, HDFS) publish a file only on close anyway. A
-  rewrite keeps the file's mode (and, run as root, its owner and group); a write through a link
-  in the home writes the link's target, which must be in the home. A file dropped without
-  ``close`` is discarded when collected, and the temporary file of one that never got there (the
-  process killed) is left out of every listing (``scalelab.common.atomicfile.is_part_name``);
-- ``created`` is never later than ``mtime`` (a rename changes a file's change time, which
-  fsspec's local ``created`` is): the birth time where the platform has one, else the earlier;
-- a store that cannot be reached (endpoint or namenode down, local root unmounted) raises
-  :class:`~scalelab.store.errors.StoreUnavailableError`, naming the setting to check, instead of
-  a back end's own exception; HDFS's permissions refusing the student's identity raise a
-  ``PermissionError`` with the namenode's one-line reason (hdfs-native's is a ``RuntimeError``
-  holding a Java stack trace, WebHDFS's write an HTTP 403 without the reason).
+:class:`StudentStore` (``student_store()``, the drive ``scalelab:///``): ``home/<user>/``
+read-write, ``datasets/`` read-only, walks checked by :mod:`~scalelab.store.access.walkguard`,
+local writes atomic, an unreachable store a :class:`~scalelab.store.errors.StoreUnavailableError`.
+Why: docs/design-notes.md, scalelab.store.access.student.
 """
 
 from __future__ import annotations

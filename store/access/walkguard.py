@@ -1,30 +1,9 @@
 """How the student's view walks the store: one rule decides what every expanding call sees.
 
-fsspec's :class:`~fsspec.implementations.dirfs.DirFileSystem` hands ``get``, ``copy``, ``find``,
-``glob``, ``walk``, ``du``, ``expand_path``, ``cat`` and ``put`` whole to the wrapped file system,
-which expands the paths itself. A check of the top path (``home`` is listable) and a filter of
-what comes back cannot see that the expansion walked into ``home/<other>``, summed its sizes, or
-followed a link out of the allowed roots. So :class:`~scalelab.store.access.student.StudentStore`
-runs fsspec's generic versions of these calls (:class:`fsspec.spec.AbstractFileSystem`) on the
-view itself (:func:`implementation`):
-
-- every expansion goes through the view's ``find`` (``glob``, ``expand_path``, ``du``, and
-  ``get``, ``copy``, ``cat`` through them) or ``walk``. On a local store both walk folder by
-  folder through ``StudentStore.ls``, which shows only what the student may read and leaves out
-  links whose real target is outside ``home/<user>/`` and ``datasets/``: a link that is never
-  listed is never followed. Object stores and HDFS have no links: there ``find`` is the back
-  end's own (one listing of a whole prefix on S3) of each root the walk reaches
-  (``StoreView.walk_roots``), cut down by the same rule (``StoreView.visible``). The store root
-  and ``home`` are the view's own folders, never asked of the store: a per-student S3 key may
-  list ``home/<user>/`` and ``datasets/`` only;
-- every file found is then read, copied or written by a single-path method (``info``,
-  ``cat_file``, ``get_file``, ``cp_file``, ``put_file``), each checked on its own;
-- the explicit path, or a glob's fixed part (:func:`fixed_part`), is checked first, so a path
-  outside the allowed roots raises the guard's StoreAccessError instead of an empty answer.
-
-The asynchronous API (``_find``, ``_get``, ``open_async``, ...) would call the wrapped file
-system directly: :func:`refuse_async` turns it off, and the view says ``async_impl = False`` so
-that libraries use the checked synchronous methods.
+:func:`implementation` gives the student's view fsspec's generic ``get``, ``copy``, ``find``,
+``glob``, ``walk``, ``du``, ``expand_path``, ``cat`` and ``put``, run on the view itself;
+:func:`fixed_part` is a glob's part checked first; :func:`refuse_async` turns async calls off.
+Why: docs/design-notes.md, scalelab.store.access.walkguard.
 """
 
 from __future__ import annotations

@@ -1,33 +1,9 @@
-"""A zipped, headerless CSV table (year first, then features) checked line by line and written as
-Parquet shards: how ``scalelab data fetch msd-full`` turns UCI's ``yearpredictionmsd.zip`` into
-the store's layout.
+"""A zipped, headerless CSV table checked line by line and written as Parquet shards (``msd-full``).
 
-UCI publishes no checksum for YearPredictionMSD, so the content is the check. Every rule of the
-catalogue entry (:class:`~scalelab.store.datasets.catalog.CsvTableSpec`) must hold:
-
-- exactly ``rows`` lines, no more, no fewer (a truncated download fails here);
-- ``fields`` comma-separated numbers on every line (an empty field is not a number);
-- the first field, the year, an integer in ``year_range``;
-- every feature finite (no ``nan``, ``inf``, or a number too large for a float64).
-
-The first line that breaks a rule refuses the file with :class:`ContentCheckError`, whose message
-names the file, the line (1-based) and the rule. The zip is streamed: its member is inflated and
-parsed by pyarrow's streaming CSV reader 1 MiB at a time, and each shard is written a row group
-(10,000 rows, about 7 MB) at a time, so memory hardly grows with the file: the whole
-``scalelab data fetch msd-full`` process peaked at 205 MiB resident for a 41 MiB stand-in and
-272 MiB for a full-size one (413 MiB of text), imports included (``bench/msd_fetch.py``).
-
-Store layout written here (paths relative to ``datasets/<name>/``)::
-
-    parquet/<split>/part-NNNNN.parquet    one folder per split, in file order; shards of at most
-                                          rows_per_shard rows, row groups of 10,000
-        columns: year      float64   the release year (an integer value; float64 like the
-                                     Million Song subset's shards, so Lab 1's code runs on both)
-                 f01..fNN  float64   the features, as in the file
-
-For YearPredictionMSD: ``parquet/train/`` (the first 463,715 lines, 10 shards) and
-``parquet/test/`` (the last 51,630, 2 shards): UCI's own split, which keeps songs of one artist on
-one side.
+How ``scalelab data fetch msd-full`` turns UCI's ``yearpredictionmsd.zip`` into the store's
+layout: the first line breaking a rule of the catalogue's ``CsvTableSpec`` refuses the file
+(:class:`ContentCheckError`); the zip is streamed into ``parquet/<split>/`` shards.
+Why: docs/design-notes.md, scalelab.store.datasets.csvtable.
 """
 
 from __future__ import annotations

@@ -1,25 +1,9 @@
 """``scalelab data fetch``: put the course data sets into the store, checked and complete.
 
-Sources are tried in order: a mirror folder (``--mirror`` or ``SCALELAB_DATA_MIRROR``, laid out
-like ``shared/data``), the Debian package's folder (``/usr/share/datasets/...``), then the upstream
-address. A source that lacks a file is skipped; a source whose file fails its SHA-256 check is
-refused with an error naming the file, and nothing is written to the store. A file without a
-published checksum (the full YearPredictionMSD) is checked by its content instead
-(:mod:`scalelab.store.datasets.csvtable`), with the same refusal.
-
-``datasets/<name>/MANIFEST.json`` marks a complete data set: a folder without it is incomplete,
-to readers (:func:`is_present`, :func:`missing_datasets`) and to the next fetch, which writes it
-anew. A data set whose manifest is present and current is left alone, so a re-run does nothing.
-How a data set is published depends on the store:
-
-- a local store (``file://``) and HDFS (``hdfs://``, ``webhdfs://``) stage the files and the
-  manifest under ``datasets/.staging/`` and rename the folder into place: the data set appears
-  whole at once;
-- stores without an atomic rename (S3 and other object stores) get the final objects written in
-  place and the manifest last (an old version loses its manifest first); an interrupted upload
-  leaves no manifest, and the files it wrote are removed then or by the next fetch.
-
-A stale staging folder (prefix) of an interrupted fetch is removed by the next one.
+Sources in order (a mirror, the Debian package's folder, upstream), every file checked (SHA-256,
+or its content); ``datasets/<name>/MANIFEST.json`` marks a complete data set (:func:`is_present`,
+:func:`missing_datasets`), published whole, or with the manifest last on object stores.
+Why: docs/design-notes.md, scalelab.store.datasets.fetch.
 """
 
 from __future__ import annotations

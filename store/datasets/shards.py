@@ -1,17 +1,9 @@
 """Converting the original data set files into the Parquet shards the labs read.
 
-Store layout written here (paths relative to ``datasets/<name>/``)::
-
-    fashion-mnist/parquet/{train,test}/part-NNNNN.parquet
-        columns: image  fixed_size_binary[784]  28x28 uint8 pixels, row-major (IDX order)
-                 label  uint8                   class 0..9
-    millionsong/parquet/part-NNNNN.parquet
-        columns: year   float64                 release year (the label)
-                 f01..f12 float64               audio features, scaled to [0, 1]
-
-Formats: IDX as documented by Zalando Research's Fashion-MNIST README (big-endian header,
-magic 0x00000803 for images and 0x00000801 for labels); ``millionsong.txt`` is headerless CSV,
-year first, as in the CS190 lab.
+Fashion-MNIST's IDX files become ``fashion-mnist/parquet/{train,test}/`` (``image``
+``fixed_size_binary[784]``, ``label`` uint8); ``millionsong.txt`` becomes
+``millionsong/parquet/`` (``year``, ``f01..f12`` float64 scaled to [0, 1]).
+Why: docs/design-notes.md, scalelab.store.datasets.shards.
 """
 
 from __future__ import annotations

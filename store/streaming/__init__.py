@@ -1,16 +1,8 @@
 """Streaming datasets from the course store, for PyTorch and tf.data (``scalelab.store.streaming``).
 
 Public names, imported on first use (PyTorch and TensorFlow are heavy):
-:class:`TorchParquetDataset`, :func:`tf_dataset`, :func:`write_tfrecord_shards`.
-
-- :mod:`~scalelab.store.streaming.torch_dataset` -- :class:`TorchParquetDataset`;
-- :mod:`~scalelab.store.streaming.tfdata` -- tf.data over Parquet and TFRecord shards;
-- :mod:`~scalelab.store.streaming.tfrecord` -- TFRecord framing through any fsspec file;
-- :mod:`~scalelab.store.streaming.parquet_stream` -- Parquet shards in bounded memory, shuffled;
-- :mod:`~scalelab.store.streaming.threaded` -- the same decoded by a pool of threads (row groups);
-- :mod:`~scalelab.store.streaming.blocks` -- one shuffle buffer -> one block of arrays;
-- :mod:`~scalelab.store.streaming.shard_plan` -- which shards a reader reads, in which order;
-- :mod:`~scalelab.store.streaming.shared_batches` -- batches built in shared memory.
+:class:`TorchParquetDataset`, :func:`tf_dataset`, :func:`write_tfrecord_shards`. The modules
+are listed in docs/architecture.md, "Every module".
 """
 
 from __future__ import annotations

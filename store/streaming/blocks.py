@@ -1,13 +1,9 @@
 """One shuffle buffer's reads -> one block of arrays: columns, stacked features, one permutation.
 
-Pure NumPy, no I/O. A *block* is a dict name -> array whose first axis is the buffer's rows. A
-:class:`BlockLayout` says which numeric columns become one ``(rows, k)`` array (``stack``) and
-which float type floating-point data comes out as (``float_dtype``). :func:`build_block` writes
-every output array once, into memory from an ``empty`` allocator (NumPy's, or shared memory
-for DataLoader workers, see :mod:`~scalelab.store.streaming.shared_batches`): a column is
-scattered straight
-into place; a stack is first laid out row-major (one ``np.stack`` per read) and then permuted
-with a single ``np.take`` of whole rows.
+Pure NumPy, no I/O. A block is a dict name -> array over the buffer's rows; a
+:class:`BlockLayout` says which columns are stacked into one ``(rows, k)`` array and the float
+type; :func:`build_block` writes each output array once, into memory from an ``empty`` allocator.
+Why: docs/design-notes.md, scalelab.store.streaming.blocks.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Batches as torch tensors; in DataLoader workers, built directly in shared memory.
 
-A DataLoader worker hands each tensor to the main process through a shared-memory segment: a
-tensor whose storage is in ordinary memory is first copied into a new segment
-(``share_memory_``), one whose storage is already there is sent as it is. So a worker that
-allocates its output arrays with :func:`shared_empty` and yields them with :func:`as_tensor`
-saves one copy of every batch. Measured on the 2-core development machine: moving a
-``(4096, 90)`` float64 batch into shared memory costs 4 to 8 ms, about as long as reading and
-decoding it.
+A worker that allocates its output arrays with :func:`shared_empty` and yields them with
+:func:`as_tensor` saves one copy of every batch on its way to the main process.
+Why: docs/design-notes.md, scalelab.store.streaming.shared_batches.
 """
 
 from __future__ import annotations

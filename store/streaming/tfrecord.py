@@ -1,16 +1,9 @@
 """TFRecord framing read through any fsspec file, without TensorFlow's own file systems.
 
-A TFRecord file is a sequence of records, each::
-
-    uint64 length (little-endian)
-    uint32 masked_crc32c(length)
-    byte   data[length]
-    uint32 masked_crc32c(data)
-
-(TensorFlow's ``tensorflow/core/lib/io/record_writer.h``.) Writing is left to
-``tf.io.TFRecordWriter``; reading here lets ``tf.data`` stream TFRecord shards from HDFS, S3 or
-any other fsspec store. The length's CRC is checked, so a file that is not TFRecord, or is cut
-short, is refused with its name rather than read as garbage.
+Reading here lets ``tf.data`` stream TFRecord shards from HDFS, S3 or any other fsspec store
+(writing is ``tf.io.TFRecordWriter``'s); the length's CRC is checked, so a file that is not
+TFRecord, or is cut short, is refused with its name.
+Why: docs/design-notes.md, scalelab.store.streaming.tfrecord.
 """
 
 from __future__ import annotations

@@ -1,34 +1,9 @@
 """Parquet shards decoded by a pool of threads: row groups in a random order, shuffled in blocks.
 
-The thread mode of :class:`~scalelab.store.streaming.TorchParquetDataset`. pyarrow decodes a
-row group with the GIL released, and NumPy's permuting copy releases it too, so on a small
-machine a few threads in the training process decode as fast as DataLoader worker processes,
-without their cost: no second copy of every batch into shared memory, no pickling, no worker
-start-up, one Python interpreter's memory.
-
-The plan, for one reader (one DataLoader worker of one rank, or the main process):
-
-1. its shards' footers are read (by the pool, so a remote store's round trips overlap);
-2. every row group of every shard is a *unit*; shuffling permutes the units with the epoch's
-   generator (a new order each epoch, the same for the same seed), else they stay in shard and
-   row-group order;
-3. consecutive units are cut into *tasks* of at least ``buffer_rows`` rows (a row group larger
-   than that is a task alone);
-4. each task is decoded by one thread and written once, its rows permuted (a permutation drawn
-   from the same generator, in task order, before the task starts), into one block of arrays
-   (:func:`~scalelab.store.streaming.blocks.write_columns`), row group by row group;
-5. blocks are yielded in task order, whichever thread finishes first, so the order depends
-   only on the seed, the epoch and the reader's place, never on the threads' timing.
-
-Memory: at most ``threads + 1`` tasks are submitted and not yet yielded, each of at most
-``buffer_rows + (largest row group's rows) - 1`` rows; :class:`~.parquet_stream.BufferStats`
-counts the rows of the submitted, not yet yielded tasks. A thread allocates its task's block
-once and writes each row group into it as soon as Arrow has decoded it (stacked columns
-straight into their place in the stack), then drops it: besides its block it holds one
-decoded row group, nothing more. Blocks come from a :class:`~.blocks.BlockPool` of
-``threads + 3`` buffers (the tasks in flight, the block being cut into batches and the one its
-last batch came from), reused once no batch of theirs is held, so the stream's memory stays
-flat. Nothing depends on the number or total size of the shards.
+The thread mode of :class:`~scalelab.store.streaming.TorchParquetDataset`: row groups are cut
+into tasks of at least ``buffer_rows`` rows, each decoded by one thread into one block of a
+:class:`~.blocks.BlockPool` and yielded in task order, so the order depends only on the seed,
+epoch and reader. Why: docs/design-notes.md, scalelab.store.streaming.threaded.
 """
 
 from __future__ import annotations

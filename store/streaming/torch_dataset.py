@@ -1,16 +1,9 @@
 """Streaming datasets from the course store, for PyTorch and tf.data.
 
-Public API (``scalelab.store.streaming``):
-
-- :class:`TorchParquetDataset` -- a ``torch.utils.data.IterableDataset`` over Parquet shards;
-- :func:`tf_dataset` -- a ``tf.data.Dataset`` over Parquet or TFRecord shards;
-- :func:`write_tfrecord_shards` -- ``tf.train.Example`` records into TFRecord shards in the store;
-- :func:`local_copy` -- a local path for a store file, through a bounded LRU cache.
-
-All of them read through fsspec, so the same code reads a local store, HDFS or S3. Memory is
-bounded by a few row groups and a shuffle buffer, whatever the data set's size (see
-:mod:`~scalelab.store.streaming.parquet_stream`). TensorFlow is imported only by the functions
-that need it.
+:class:`TorchParquetDataset` (a ``torch.utils.data.IterableDataset`` over Parquet shards),
+:func:`tf_dataset`, :func:`write_tfrecord_shards` and :func:`local_copy`, all through fsspec
+(a local store, HDFS or S3), in memory bounded by a few row groups and a shuffle buffer.
+TensorFlow is imported only by the functions that need it.
 """
 
 from __future__ import annotations
