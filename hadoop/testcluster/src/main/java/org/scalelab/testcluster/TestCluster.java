@@ -388,6 +388,11 @@ public final class TestCluster {
     conf.setBoolean(YarnConfiguration.NM_PMEM_CHECK_ENABLED, true);
     conf.setBoolean(YarnConfiguration.NM_VMEM_CHECK_ENABLED, false);
     conf.setLong(YarnConfiguration.NM_CONTAINER_MON_INTERVAL_MS, MONITOR_INTERVAL_MS);
+    // A container's memory as /proc/<pid>/smaps gives it, not the sum of its processes' RSS: a
+    // torchrun and its rank both map torch's libraries, whose shared pages RSS counts twice (a
+    // rank's 3 GiB container was killed at "3.0 GB of 3 GB" in a run of the suite's 3 workers).
+    // A process's own memory (a Python worker holding 1.4 GiB) still counts whole.
+    conf.setBoolean(YarnConfiguration.PROCFS_USE_SMAPS_BASED_RSS_ENABLED, true);
     // No cgroups here: the monitor's polling enforces the limit (with "strict" enforcement on,
     // the NodeManager leaves it to the cgroup's OOM killer and never kills).
     conf.setBoolean(YarnConfiguration.NM_MEMORY_RESOURCE_ENFORCED, false);
