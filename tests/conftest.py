@@ -2,7 +2,7 @@
 ScaleLab's kernelspecs, the HDFS and YARN test cluster (``tests/support/hadoopcluster.py``) and
 the Slurm test cluster (``tests/support/slurmcluster.py``).
 
-A test's folder is its kind (docs/contributing: "Tests by kind"): ``unit/`` (no marker),
+A test's folder is its kind (CONTRIBUTING.md, "Tests by kind"): ``unit/`` (no marker),
 ``integration/<engine>/`` (``integration`` and the engine: ``hub``, ``spark``, ``hadoop``, ``s3``,
 ``slurm``, ``kube``), ``browser/`` (``browser``), ``labs/`` (``lab``); ``support/`` holds the
 harnesses. A unit test that carries a kind's marker is an error at collection.
