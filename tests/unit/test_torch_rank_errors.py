@@ -20,12 +20,12 @@ CRASH = (
     "Py4JJavaError Py4JError Exception BaseException object: An error occurred while calling o59.collectToPython.\n"
     ": org.apache.spark.SparkException: Job aborted due to stage failure: Could not recover from a failed barrier ResultStage. Most recent failure reason: Stage failed because barrier task ResultTask(0, 1) finished unsuccessfully.\n"
     "org.apache.spark.api.python.PythonException: [PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback (most recent call last):\n"
-    '  File "/work/wt-dist/.venv/lib/python3.11/site-packages/pyspark/ml/torch/distributor.py", line 758, in wrapped_train_fn\n'
+    '  File "/srv/scalelab/.venv/lib/python3.11/site-packages/pyspark/ml/torch/distributor.py", line 758, in wrapped_train_fn\n'
     "    LogStreamingClient._destroy()\n"
-    '  File "/work/wt-dist/.venv/lib/python3.11/site-packages/pyspark/python/lib/pyspark.zip/pyspark/ml/torch/distributor.py", line 584, in _get_output_from_framework_wrapper\n'
+    '  File "/srv/scalelab/.venv/lib/python3.11/site-packages/pyspark/python/lib/pyspark.zip/pyspark/ml/torch/distributor.py", line 584, in _get_output_from_framework_wrapper\n'
     "    return framework_wrapper(\n"
     "           ^^^^^^^^^^^^^^^^^^\n"
-    '  File "/work/wt-dist/.venv/lib/python3.11/site-packages/pyspark/python/lib/pyspark.zip/pyspark/ml/torch/distributor.py", line 932, in _run_training_on_pytorch_function\n'
+    '  File "/srv/scalelab/.venv/lib/python3.11/site-packages/pyspark/python/lib/pyspark.zip/pyspark/ml/torch/distributor.py", line 932, in _run_training_on_pytorch_function\n'
     "    raise RuntimeError(\n"
     "RuntimeError: TorchDistributor failed during training.View stdout logs for detailed error message.\n"
     " SQLSTATE: 38000\n"
@@ -42,23 +42,23 @@ NODE_1 = (
     '[rank1]:   File "/tmp/dist-exp/crash.py", line 13, in train',
     '[rank1]:     raise ValueError("expected a batch of 64 images, got 63")',
     "[rank1]: ValueError: expected a batch of 64 images, got 63",
-    "E1204 10:16:15.976000 29019 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: 29112) of binary: /work/wt-dist/.venv/bin/python",
+    "E1204 10:16:15.976000 29019 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: 29112) of binary: /srv/scalelab/.venv/bin/python",
     "Traceback (most recent call last):",
     '  File "<frozen runpy>", line 198, in _run_module_as_main',
     '  File "<frozen runpy>", line 88, in _run_code',
-    '  File "/work/wt-dist/.venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1032, in <module>',
+    '  File "/srv/scalelab/.venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1032, in <module>',
     "    main()",
-    '  File "/work/wt-dist/.venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 367, in wrapper',
+    '  File "/srv/scalelab/.venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 367, in wrapper',
     "    return f(*args, **kwargs)",
     "           ^^^^^^^^^^^^^^^^^^",
-    '  File "/work/wt-dist/.venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1028, in main',
+    '  File "/srv/scalelab/.venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1028, in main',
     "    run(args)",
-    '  File "/work/wt-dist/.venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1019, in run',
+    '  File "/srv/scalelab/.venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1019, in run',
     "    elastic_launch(",
-    '  File "/work/wt-dist/.venv/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 194, in __call__',
+    '  File "/srv/scalelab/.venv/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 194, in __call__',
     "    return launch_agent(",
     "           ^^^^^^^^^^^^^",
-    '  File "/work/wt-dist/.venv/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 383, in launch_agent',
+    '  File "/srv/scalelab/.venv/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 383, in launch_agent',
     "    raise ChildFailedError(",
     "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
     "============================================================",
@@ -84,29 +84,29 @@ NODE_0 = (
     "[rank0]:              ^^^^^^^^^^^^^^^^^^^",
     '[rank0]:   File "/tmp/dist-exp/crash.py", line 14, in train',
     "[rank0]:     dist.barrier()",
-    '[rank0]:   File "/work/wt-dist/.venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 83, in wrapper',
+    '[rank0]:   File "/srv/scalelab/.venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 83, in wrapper',
     "[rank0]:     return func(*args, **kwargs)",
     "[rank0]:            ^^^^^^^^^^^^^^^^^^^^^",
-    '[rank0]:   File "/work/wt-dist/.venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 5356, in barrier',
+    '[rank0]:   File "/srv/scalelab/.venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 5356, in barrier',
     "[rank0]:     work.wait()",
     "[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:37778. This is typically caused by a remote worker crashing. Check the logs of the remote worker before reporting an error. GLHF! 🏖️",
-    "E1204 10:16:17.383000 29022 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: 29102) of binary: /work/wt-dist/.venv/bin/python",
+    "E1204 10:16:17.383000 29022 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: 29102) of binary: /srv/scalelab/.venv/bin/python",
     "Traceback (most recent call last):",
     '  File "<frozen runpy>", line 198, in _run_module_as_main',
     '  File "<frozen runpy>", line 88, in _run_code',
-    '  File "/work/wt-dist/.venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1032, in <module>',
+    '  File "/srv/scalelab/.venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1032, in <module>',
     "    main()",
-    '  File "/work/wt-dist/.venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 367, in wrapper',
+    '  File "/srv/scalelab/.venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 367, in wrapper',
     "    return f(*args, **kwargs)",
     "           ^^^^^^^^^^^^^^^^^^",
-    '  File "/work/wt-dist/.venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1028, in main',
+    '  File "/srv/scalelab/.venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1028, in main',
     "    run(args)",
-    '  File "/work/wt-dist/.venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1019, in run',
+    '  File "/srv/scalelab/.venv/lib/python3.11/site-packages/torch/distributed/run.py", line 1019, in run',
     "    elastic_launch(",
-    '  File "/work/wt-dist/.venv/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 194, in __call__',
+    '  File "/srv/scalelab/.venv/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 194, in __call__',
     "    return launch_agent(",
     "           ^^^^^^^^^^^^^",
-    '  File "/work/wt-dist/.venv/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 383, in launch_agent',
+    '  File "/srv/scalelab/.venv/lib/python3.11/site-packages/torch/distributed/launcher/api.py", line 383, in launch_agent',
     "    raise ChildFailedError(",
     "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
     "============================================================",
