@@ -17,8 +17,6 @@ import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
-import fsspec
-from fsspec.implementations.local import make_path_posix
 from jupyterhub.spawner import LocalProcessSpawner, SpawnException
 from traitlets import Bool, Unicode, default
 
@@ -34,6 +32,8 @@ from scalelab.spawner.system_users import (
     private_folder,
     system_user_name,
 )
+from scalelab.store import protocols
+from scalelab.store.protocols.local import LocalProtocol
 
 
 class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, LocalProcessSpawner):
@@ -279,7 +279,4 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
 
 def local_store_root(store_url: str) -> Path | None:
     """The folder of a local course store (``file://`` URL or plain path), else None (pure)."""
-    protocol, path = fsspec.core.split_protocol(store_url)
-    if protocol not in (None, "file", "local") or not path:
-        return None
-    return Path(make_path_posix(path))
+    return LocalProtocol.folder(store_url) if protocols.for_url(store_url).local else None

@@ -22,6 +22,9 @@ from traitlets.config import LoggingConfigurable
 from scalelab.common.classsetting import configured_class
 from scalelab.common.strictconfig import StrictConfigurable
 from scalelab.store.access.guard import DATASETS, HOMES
+from scalelab.store.protocols import scheme_of
+from scalelab.store.protocols.hdfs import HDFSProtocol, WebHDFSProtocol
+from scalelab.store.protocols.s3 import S3Protocol
 
 #: fsspec storage options (s3fs's, and botocore's through ``client_kwargs``) that carry who the
 #: client is: never handed on from the hub to a server whose identity is its student's.
@@ -63,14 +66,6 @@ AWS_SECRET_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSI
 HDFS_IDENTITY_KEYS = frozenset({"user", "proxy_to", "token", "password", "kerberos", "kerb_ticket"})
 #: Keys of one student's entry in :class:`S3KeyFile`'s file.
 KEY_FILE_FIELDS = frozenset({"key", "secret", "token"})
-
-S3_PROTOCOLS = ("s3", "s3a")
-HDFS_PROTOCOLS = ("hdfs", "webhdfs")
-
-
-def protocol_of(url: str) -> str:
-    """The URL's scheme (``"s3"``, ``"hdfs"``), ``"file"`` for a plain path (pure)."""
-    return urlsplit(url).scheme or "file"
 
 
 def without_credentials(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -200,7 +195,7 @@ class StoreIdentity(StrictConfigurable, LoggingConfigurable):
 
     #: Whether the store itself, not only the guard, keeps students out of each other's homes.
     enforced: ClassVar[bool] = False
-    #: The store URL schemes this identity is for; empty: any.
+    #: The store URL schemes this identity is for (its protocols' ``schemes``); empty: any.
     protocols: ClassVar[tuple[str, ...]] = ()
 
     @property
@@ -225,7 +220,7 @@ class StoreIdentity(StrictConfigurable, LoggingConfigurable):
             A store URL this identity is not for, or a required setting unset; one line naming
             the setting and the fix.
         """
-        protocol = protocol_of(store_url)
+        protocol = scheme_of(store_url)
         if store_url and self.protocols and protocol not in self.protocols:
             section = where or self.spawner_section
             raise ValueError(
@@ -356,7 +351,7 @@ class S3KeyFile(StoreIdentity):
     """
 
     enforced: ClassVar[bool] = True
-    protocols: ClassVar[tuple[str, ...]] = S3_PROTOCOLS
+    protocols: ClassVar[tuple[str, ...]] = S3Protocol.schemes
 
     key_file = Unicode(
         "",
@@ -527,7 +522,7 @@ class HDFSUserIdentity(StoreIdentity):
     refuses ``datasets/`` and another student's home to a client without ScaleLab's guard).
     """
 
-    protocols: ClassVar[tuple[str, ...]] = HDFS_PROTOCOLS
+    protocols: ClassVar[tuple[str, ...]] = HDFSProtocol.schemes + WebHDFSProtocol.schemes
 
     mode = Enum(
         ["simple", "proxy"],
@@ -560,19 +555,19 @@ class HDFSUserIdentity(StoreIdentity):
             The store is not ``hdfs://`` or ``webhdfs://`` (the hub's log says so).
         """
         self._checked(user, store_url)
-        protocol = protocol_of(store_url)
+        protocol = scheme_of(store_url)
         if self.mode == "simple":
             options = {k: v for k, v in hub_options.items() if k not in HDFS_IDENTITY_KEYS}
             return {**options, "user": user}
         kept = HDFS_IDENTITY_KEYS - {"kerberos", "kerb_ticket"}
         options = {k: v for k, v in hub_options.items() if k not in kept}
-        if protocol == "webhdfs":
+        if protocol in WebHDFSProtocol.schemes:
             return {**options, "kerberos": True, "proxy_to": user}
         return options
 
     def server_environment(self, user: str, store_url: str) -> dict[str, str]:
         """``HADOOP_USER_NAME`` (simple) or ``HADOOP_PROXY_USER`` (proxy) for ``hdfs://``."""
-        if protocol_of(store_url) != "hdfs":
+        if scheme_of(store_url) not in HDFSProtocol.schemes:
             return {}
         return {"HADOOP_USER_NAME" if self.mode == "simple" else "HADOOP_PROXY_USER": user}
 

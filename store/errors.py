@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import os
 
-import fsspec
-
 from scalelab.common.diskspace import full_disk_message, is_disk_full
 
 
@@ -144,8 +142,10 @@ def _written_path(exc: BaseException | None) -> str | None:
 
 
 def _local_root(url: str) -> str | None:
-    protocol, path = fsspec.core.split_protocol(url)
-    return path if protocol in (None, "file", "local") and os.path.isabs(path) else None
+    from scalelab.store import protocols  # fsspec's back ends: not on this light module's import
+
+    folder = protocols.LocalProtocol.folder(url) if protocols.for_url(url).local else None
+    return str(folder) if folder is not None and folder.is_absolute() else None
 
 
 def _one_line(exc: BaseException) -> str:

@@ -17,9 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-import fsspec
-
 from scalelab.commands.doctor_report import FAIL, OK, WARN, Check
+from scalelab.store import protocols
 from scalelab.store.access.hdfs import (
     HdfsTarget,
     kerberos_required,
@@ -28,6 +27,7 @@ from scalelab.store.access.hdfs import (
     ticket_cache,
 )
 from scalelab.store.errors import StoreConfigError
+from scalelab.store.protocols.hdfs import WebHDFSProtocol
 
 #: Seconds each address may take to answer.
 PROBE_TIMEOUT_S = 5.0
@@ -35,7 +35,6 @@ PROBE_TIMEOUT_S = 5.0
 CLUSTER_FILES = ("core-site.xml", "hdfs-site.xml", "yarn-site.xml")
 #: The ResourceManager's web port when yarn-site.xml names only its host (Hadoop's default).
 RM_WEB_PORT = 8088
-HDFS_PROTOCOLS = ("hdfs", "webhdfs")
 
 
 def conf_dir_of(env: Mapping[str, str]) -> str | None:
@@ -67,12 +66,12 @@ def hadoop_checks(
         conf = read_hadoop_conf(conf_dir, CLUSTER_FILES)
     except StoreConfigError as exc:
         return [Check("Hadoop configuration", FAIL, str(exc), "Fix the file it names.")]
-    protocol = fsspec.core.split_protocol(store_url)[0]
+    on_hadoop = protocols.for_url(store_url).hadoop
     yarn = spark_master.strip().lower() == "yarn"
     checks = []
-    if protocol in HDFS_PROTOCOLS:
+    if on_hadoop:
         checks.append(check_namenode(store_url, store_options, conf, env, timeout_s))
-    if kerberos_required(conf) and (protocol in HDFS_PROTOCOLS or yarn):
+    if kerberos_required(conf) and (on_hadoop or yarn):
         checks.append(check_ticket(env))
     if yarn:
         checks.append(check_resourcemanager(conf, conf_dir, timeout_s))
@@ -141,7 +140,7 @@ def check_namenode(
     """
     name = "HDFS namenode"
     user = str(store_options.get("user") or env.get("HADOOP_USER_NAME") or getpass.getuser())
-    if fsspec.core.split_protocol(store_url)[0] == "webhdfs":
+    if protocols.scheme_of(store_url) in WebHDFSProtocol.schemes:
         parts = urlsplit(store_url)
         rpc_url = conf.get("fs.defaultFS", "")
         rpc = resolve_hdfs(rpc_url, conf).namenodes if rpc_url.startswith("hdfs://") else ()

@@ -11,6 +11,7 @@ import fsspec
 from fsspec.implementations.dirfs import DirFileSystem
 
 from scalelab import envvars
+from scalelab.store import protocols
 from scalelab.store.errors import StoreConfigError
 
 ENV_STORE_URL = envvars.STORE_URL
@@ -160,26 +161,17 @@ def open_target(
 
     Every call makes a new file system instance (``skip_instance_cache``), so one user's
     credentials in ``storage_options`` are never handed to a later caller with other options.
-    ``hdfs://`` goes through :mod:`~scalelab.store.access.hdfs` (hdfs-native, else pyarrow's
-    libhdfs).
+    The URL's protocol opens it (:meth:`~scalelab.store.protocols.base.StoreProtocol.open`:
+    ``hdfs://`` through hdfs-native, else pyarrow's libhdfs).
 
     Raises
     ------
     StoreConfigError
         Unknown protocol, its package missing, or options the file system rejects.
     """
-    options = dict(storage_options or {})
-    protocol = fsspec.core.split_protocol(url)[0]
-    if protocol in (None, "file", "local"):
-        options.setdefault("auto_mkdir", True)  # like object stores: writing creates the folders
-    options["skip_instance_cache"] = True
+    options = {**(storage_options or {}), "skip_instance_cache": True}
     try:
-        if protocol == "hdfs":
-            from scalelab.store.access.hdfs import open_hdfs
-
-            fs, root = open_hdfs(url, options)
-        else:
-            fs, root = fsspec.core.url_to_fs(url, **options)
+        fs, root = protocols.for_url(url).open(url, options)
     except (ValueError, ImportError, TypeError) as exc:
         if isinstance(exc, StoreConfigError):
             raise
@@ -187,8 +179,6 @@ def open_target(
             f"cannot open the course store {url!r}: {exc}. Check the store URL "
             "(c.ScaleLabSpawner.store_url) and its storage_options."
         ) from None
-    if _is_local(fs):
-        fs.makedirs(root, exist_ok=True)
     return fs, root
 
 
@@ -218,8 +208,3 @@ def store_url(path: str = "", url: str | None = None) -> str:
     if path.startswith("/") or ".." in parts:
         raise StoreConfigError(f"store paths are relative to the store root; {path!r} is not.")
     return "/".join([base.rstrip("/"), *parts]) if parts else base.rstrip("/")
-
-
-def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    protocol = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
-    return "file" in protocol

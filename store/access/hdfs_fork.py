@@ -19,6 +19,8 @@ from typing import Any
 from hdfs_native import FileReader
 from hdfs_native.fsspec import HdfsFileSystem
 
+from scalelab.store.access.hdfs_fixes import HdfsNativeFixes
+
 #: Seconds a DataNode connection stays in hdfs-native's cache after a read (its 3 s), plus a
 #: margin for the clocks (hdfs-native's wall clock, our monotonic one).
 DATANODE_CACHE_EXPIRY_S = 3.25
@@ -111,13 +113,15 @@ class _TimedReader(FileReader):
             _CLOCK.end()
 
 
-class ForkSafeHdfsFileSystem(HdfsFileSystem):
+class ForkSafeHdfsFileSystem(HdfsNativeFixes, HdfsFileSystem):
     """hdfs-native's fsspec ``HdfsFileSystem`` (same arguments: ``host``, ``port``, Hadoop
     properties as keyword arguments), usable in forked children: see the module's docstring.
 
     ``client`` is this process's hdfs-native ``Client``, made on first use after a fork from
     the same ``host``, ``port`` and properties. Opening a file in a forked child first waits
     out the parent's cached DataNode connections (up to :data:`DATANODE_CACHE_EXPIRY_S`).
+    With :class:`~scalelab.store.access.hdfs_fixes.HdfsNativeFixes` (``rm`` of a list, a correct
+    ``cp_file``, mode ``"xb"``).
     """
 
     @property
@@ -137,6 +141,8 @@ class ForkSafeHdfsFileSystem(HdfsFileSystem):
 
     def _open(self, path: str, mode: str = "rb", block_size: int | None = None, **kwargs: Any):
         _CLOCK.wait_for_inherited_connections()
+        if mode == "xb":
+            return self._exclusive(path, mode, block_size=block_size, **kwargs)
         if mode != "rb":
             return super()._open(path, mode, block_size=block_size, **kwargs)
         reader = _TimedReader(self.client.read(self._strip_protocol(path)).inner)

@@ -24,11 +24,11 @@ from fsspec.spec import AbstractBufferedFile
 
 from scalelab.common.atomicfile import part_path, publish
 from scalelab.common.diskspace import FULL_ERRNOS
+from scalelab.store import protocols
 from scalelab.store.access import fs as store_fs
 from scalelab.store.access import walkguard
-from scalelab.store.access.fs import _is_local, open_target, store_settings
+from scalelab.store.access.fs import open_target, store_settings
 from scalelab.store.access.guard import StoreView
-from scalelab.store.access.hdfs import hdfs_failure, namenode_unreachable
 from scalelab.store.errors import StoreAccessError, StoreError, StoreUnavailableError
 
 #: fsspec protocol of the student's view, registered by :func:`register_protocol`.
@@ -72,16 +72,6 @@ def is_unreachable(exc: BaseException) -> bool:
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return False
-
-
-def setting_hint(url: str) -> str:
-    """The settings to check when the store at ``url`` cannot be reached (pure)."""
-    protocol = fsspec.core.split_protocol(url)[0] or "file"
-    if protocol in ("s3", "s3a", "gcs", "gs", "abfs", "az"):
-        return "the bucket in c.ScaleLabSpawner.store_url and endpoint_url in store_options"
-    if protocol in ("hdfs", "webhdfs", "viewfs"):
-        return "the namenode in c.ScaleLabSpawner.store_url, or HADOOP_CONF_DIR"
-    return "the folder in c.ScaleLabSpawner.store_url (is it mounted?)"
 
 
 _UNREACHABLE_TEXT = (
@@ -168,9 +158,10 @@ class StudentStore(DirFileSystem):
         super().__init__(path=root, fs=fs, **kwargs)
         self.view = view
         self.url = url
-        self.local = _is_local(fs)
-        protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
-        self.s3 = "s3" in protocols
+        #: The store's kind (:mod:`scalelab.store.protocols`): local links and atomic writes,
+        #: folders or none, its errors.
+        self.store_protocol = protocols.for_fs(fs)
+        self.local = self.store_protocol.local
         self._real_root = os.path.realpath(root) if self.local else ""
         if self.local:
             fs.makedirs(self._join(view.home), exist_ok=True)
@@ -222,23 +213,22 @@ class StudentStore(DirFileSystem):
         gone = self.local and not os.path.isdir(self._real_root)
         if not gone and not is_unreachable(exc):
             return None
-        if fsspec.core.split_protocol(self.url)[0] in ("hdfs", "webhdfs"):
-            return StoreUnavailableError(namenode_unreachable(self.url, exc, os.environ))
+        message = self.store_protocol.unreachable_message(self.url, exc, os.environ)
+        if message is not None:
+            return StoreUnavailableError(message)
         what = "its folder is gone" if gone else f"{type(exc).__name__}: {_first_line(exc)}"
         return StoreUnavailableError(
             f"the course store {self.url} cannot be reached ({what}). "
-            f"Check {setting_hint(self.url)}. Files are written whole or not at all: nothing "
-            "half-written was left."
+            f"Check {self.store_protocol.setting_hint}. Files are written whole or not at all: "
+            "nothing half-written was left."
         )
 
     def _failure(self, exc: BaseException) -> Exception | None:
         """``exc`` as the store's own error, or None to raise it as it is: a store that cannot be
-        reached (:class:`StoreUnavailableError`; for HDFS naming the namenode's address), a
-        missing or expired Kerberos ticket (``KerberosTicketError``, naming ``kinit``, the
-        principal and the keytab), or HDFS's permissions refusing the student's identity (a
-        ``PermissionError`` with the namenode's reason); see
-        :func:`~scalelab.store.access.hdfs.hdfs_failure`."""
-        return self._unavailable(exc) or hdfs_failure(self.url, exc)
+        reached (:class:`StoreUnavailableError`; for HDFS naming the namenode's address), or what
+        the protocol words itself (HDFS: a missing Kerberos ticket, a refusal by HDFS's
+        permissions; :meth:`~scalelab.store.protocols.base.StoreProtocol.failure`)."""
+        return self._unavailable(exc) or self.store_protocol.failure(self.url, exc)
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         try:
@@ -379,14 +369,14 @@ class StudentStore(DirFileSystem):
         return self._call(lambda: DirFileSystem.isfile(self, path))
 
     def mkdir(self, path: str, *args: Any, **kwargs: Any) -> None:
-        """Make a folder in the home. On S3 nothing is made (an object store has no folders: a
-        folder is there once a file is in it), and s3fs, which would list the bucket's root to
-        check that the bucket exists, is not asked: a per-student key may not list it.
+        """Make a folder in the home. On a store without folders (S3) nothing is made (a folder
+        is there once a file is in it), and s3fs, which would list the bucket's root to check
+        that the bucket exists, is not asked: a per-student key may not list it.
 
         Raises StoreAccessError for a ``path`` outside the home.
         """
         self.check(path, write=True)
-        if self.s3:
+        if not self.store_protocol.folders:
             return None
         return self._call(lambda: DirFileSystem.mkdir(self, path, *args, **kwargs))
 
@@ -396,7 +386,7 @@ class StudentStore(DirFileSystem):
         Raises StoreAccessError for a ``path`` outside the home.
         """
         self.check(path, write=True)
-        if self.s3:
+        if not self.store_protocol.folders:
             return None
         return self._call(lambda: DirFileSystem.makedirs(self, path, exist_ok=exist_ok))
 

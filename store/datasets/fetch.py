@@ -21,11 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fsspec import AbstractFileSystem
-from fsspec.asyn import sync
 from fsspec.implementations.dirfs import DirFileSystem
-from fsspec.implementations.local import LocalFileSystem
 
 from scalelab.common.diskspace import format_bytes, full_disk_message, is_disk_full
+from scalelab.store import protocols
 from scalelab.store.datasets.catalog import DATASETS, DatasetSpec, FileSpec
 from scalelab.store.datasets.csvtable import convert_csv_zip
 from scalelab.store.datasets.shards import CONVERTERS, iter_files
@@ -225,22 +224,15 @@ def convert(spec: DatasetSpec, root: Path, origins: dict[str, str]) -> dict[str,
         ) from None
 
 
-#: fsspec protocols of HDFS clients (hdfs-native, pyarrow's libhdfs, WebHDFS): a folder's rename
-#: is one atomic step of the namenode.
-HDFS_PROTOCOLS = frozenset({"hdfs", "arrow_hdfs", "webhdfs", "viewfs"})
-
-
 def renames_atomically(fs: AbstractFileSystem) -> bool:
-    """True when ``fs`` moves a folder in one atomic step: a local disk (``file://``) or HDFS
-    (``hdfs://``, ``webhdfs://``: the namenode renames the folder).
+    """True when ``fs`` moves a folder in one atomic step (its protocol's ``atomic_rename``: a
+    local disk, HDFS, where the namenode renames the folder).
 
     Object stores (S3 and the like) have no rename at all -- fsspec's ``mv`` copies every object
     and deletes the originals, which s3fs on SeaweedFS cannot even do for a folder -- so a data
     set is published there by writing its objects in place and the manifest last.
     """
-    base = fs.fs if isinstance(fs, DirFileSystem) else fs
-    protocols = base.protocol if isinstance(base.protocol, tuple) else (base.protocol,)
-    return isinstance(base, LocalFileSystem) or not HDFS_PROTOCOLS.isdisjoint(protocols)
+    return protocols.for_fs(fs).atomic_rename
 
 
 def _publish_by_rename(
@@ -292,36 +284,9 @@ def _publish_manifest_last(
 
 
 def remove_tree(fs: AbstractFileSystem, path: str) -> None:
-    """Remove ``path`` and everything under it, folders included, if it exists.
-
-    S3 servers with a real file system behind them (SeaweedFS's filer) keep a folder after its
-    last object is deleted, and list it; fsspec's ``rm`` deletes objects only. So on S3 each
-    folder left is deleted too, deepest first, as the key ``<folder>/`` (a no-op where no such
-    key exists, as on AWS), and a reader listing ``datasets/`` sees nothing of it.
-    """
-    if fs.exists(path):
-        fs.rm(path, recursive=True)
-    base = fs.fs if isinstance(fs, DirFileSystem) else fs
-    if "s3" not in base.protocol:
-        return
-    base.invalidate_cache()
-    for folder in _folders_deepest_first(fs, path):
-        full = f"{fs.path}/{folder}" if isinstance(fs, DirFileSystem) else folder
-        bucket, key, _ = base.split_path(full)
-        sync(base.loop, base._call_s3, "delete_object", Bucket=bucket, Key=f"{key}/")
-    base.invalidate_cache()
-
-
-def _folders_deepest_first(fs: AbstractFileSystem, path: str) -> list[str]:
-    try:
-        entries = fs.ls(path, detail=True)
-    except FileNotFoundError:
-        return []
-    found = []
-    for entry in entries:
-        if entry["type"] == "directory" and entry["name"].rstrip("/") != path.rstrip("/"):
-            found += _folders_deepest_first(fs, entry["name"])
-    return [*found, path]
+    """Remove ``path`` and everything under it, folders included, if it exists (as the store's
+    protocol removes a tree: on S3 the folders a filer keeps are deleted too)."""
+    protocols.for_fs(fs).remove_tree(fs, path)
 
 
 def _manifest_bytes(manifest: dict) -> bytes:
@@ -369,10 +334,9 @@ def _store_full(
     publishing step has removed what it wrote."""
     needed = sum((root / rel).stat().st_size for rel in iter_files(root))
     needed += len(_manifest_bytes(manifest))
-    base = fs.fs if isinstance(fs, DirFileSystem) else fs
     root_path = fs.path if isinstance(fs, DirFileSystem) else ""
     target = None
-    if isinstance(base, LocalFileSystem):
+    if protocols.for_fs(fs).local:
         target = f"{root_path.rstrip('/')}/{dataset_dir(spec)}" if root_path else dataset_dir(spec)
     failure = full_disk_failure(
         root_path, exc, path=target, needed_bytes=needed, doing=f"fetching {spec.name}"

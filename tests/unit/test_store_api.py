@@ -32,7 +32,8 @@ from scalelab.store import (
 )
 from scalelab.store.access.guard import StoreView, split_path, validate_user
 from scalelab.store.access.session import UnavailableStore, kernel_store
-from scalelab.store.access.student import is_unreachable, setting_hint
+from scalelab.store.access.student import is_unreachable
+from scalelab.store.protocols import for_url
 
 
 @pytest.fixture
@@ -361,7 +362,8 @@ def test_unreachable_errors_are_recognised_through_their_causes():
     except RuntimeError as exc:
         assert is_unreachable(exc)
     assert not is_unreachable(FileNotFoundError("x"))
-    assert "endpoint_url" in setting_hint("s3://b/c") and "namenode" in setting_hint("hdfs://n/c")
+    assert "endpoint_url" in for_url("s3://b/c").setting_hint
+    assert "namenode" in for_url("hdfs://n/c").setting_hint
 
 
 def test_open_store_never_hands_back_a_cached_instance(store_root: Path):
@@ -380,6 +382,8 @@ class TestStudentStoreConformance(
     AbstractPipeTests,
 ):
     """fsspec.tests.abstract against ``student_store`` at ``home/alice/conformance``."""
+
+    protocol = "file"
 
     @pytest.fixture
     def fs(self, tmp_path: Path) -> StudentStore:

@@ -27,11 +27,20 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from fsspec.tests.abstract import (
+    AbstractCopyTests,
+    AbstractFixtures,
+    AbstractGetTests,
+    AbstractOpenTests,
+    AbstractPipeTests,
+    AbstractPutTests,
+)
 from hdfs_native.fsspec import HdfsFileSystem
 
 from scalelab.spawner.store_identity import HDFSUserIdentity
 from scalelab.store import (
     StoreAccessError,
+    StudentStore,
     check_store,
     fetch_dataset,
     missing_datasets,
@@ -344,3 +353,34 @@ def test_an_interrupted_fetch_into_hdfs_leaves_nothing(
     monkeypatch.setattr(store, "put_file", real_put_file)
     assert fetch_dataset(FASHION_MNIST, store, mirror=shared_data, log=lambda _: None)
     assert is_present(store, FASHION_MNIST)
+
+
+# -- fsspec's conformance tests on a student's home in HDFS ---------------------------------------
+
+
+class _HDFSConformance(AbstractFixtures, AbstractCopyTests, AbstractOpenTests, AbstractPipeTests):
+    """fsspec.tests.abstract against ``student_store`` at a fresh folder of ``home/alice``,
+    with alice's own HDFS identity (as ``HDFSUserIdentity`` gives it)."""
+
+    protocol = ""
+
+    @pytest.fixture
+    def fs(self, course: Course, as_student: Any) -> StudentStore:
+        url = course.url(self.protocol)
+        return student_store("alice", url, as_student("alice", url))
+
+    @pytest.fixture
+    def fs_path(self) -> str:
+        return f"home/alice/conformance-{uuid.uuid4().hex[:6]}"
+
+    @pytest.fixture
+    def supports_empty_directories(self) -> bool:
+        return True
+
+
+class TestStudentStoreOnHDFSConformance(_HDFSConformance, AbstractGetTests, AbstractPutTests):
+    protocol = "hdfs"
+
+
+class TestStudentStoreOnWebHDFSConformance(_HDFSConformance):
+    protocol = "webhdfs"

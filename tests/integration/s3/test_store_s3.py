@@ -173,6 +173,8 @@ class TestStudentStoreOnS3Conformance(
 ):
     """fsspec.tests.abstract against a student's home on SeaweedFS."""
 
+    protocol = "s3"
+
     @pytest.fixture
     def fs(self, s3: SeaweedS3) -> StudentStore:
         return student_store("alice", "s3://course", s3.options(*ALICE))
