@@ -181,9 +181,11 @@ class ScaleLabKubeSpawner(CourseSpawnerMixin, KubeSpawner):
 
     async def load_user_options(self) -> None:
         """Apply ``profile_overrides`` of the granted profile (ScaleLab validated the options
-        before the GPUs were granted; KubeSpawner's ``profile_list`` is not read). The settings
-        a previous start's profile changed go back to their values first: JupyterHub keeps a
-        server's spawner object from one start to the next."""
+        before the GPUs were granted; KubeSpawner's ``profile_list`` is not read), then make the
+        student's home in the store where the store needs the hub to (``prepare_store_home``).
+        The settings a previous start's profile changed go back to their values first:
+        JupyterHub keeps a server's spawner object from one start to the next. KubeSpawner's
+        start awaits this first, before the Secret and the pod."""
         if self._request is None:
             await self.apply_scalelab_options(self.user_options)
         assert self._request is not None
@@ -193,14 +195,9 @@ class ScaleLabKubeSpawner(CourseSpawnerMixin, KubeSpawner):
         self._before_overrides = {name: copy.deepcopy(getattr(self, name)) for name in overrides}
         if overrides:
             self._apply_overrides(overrides)
+        await self.prepare_store_home()
 
     # -- create and delete -----------------------------------------------------------------------
-
-    async def _start(self):
-        """The student's home in the store where the store needs the hub to make it, then
-        KubeSpawner's start (options, Secret, pod)."""
-        await self.prepare_store_home()
-        return await super()._start()
 
     async def _make_create_pod_request(self, pod, request_timeout):
         """Create the server's Secret, then the pod. A leftover pod of the same name is deleted

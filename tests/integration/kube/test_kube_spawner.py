@@ -23,6 +23,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import pytest_asyncio
+from jupyterhub.spawner import SpawnException
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import kube_config
 from kubespawner import KubeSpawner
@@ -453,6 +454,28 @@ async def test_caps_refuse_before_anything_reaches_kubernetes(
     assert refused.value.status_code == 409
     assert "GPU" in str(refused.value)
     assert api.calls == calls  # nothing asked of Kubernetes
+
+
+@pytest.mark.asyncio
+async def test_the_store_home_is_made_before_the_secret_and_the_pod(
+    fake_cluster: tuple[FakeKubeAPI, Config], unused_tcp_port: int
+):
+    """With ``HDFSUserIdentity`` the hub makes each student's HDFS home at start
+    (``prepare_store_home``, run from KubeSpawner's public ``load_user_options``): against a
+    namenode that is not there, the start fails naming it, with nothing made in Kubernetes."""
+    api, config = fake_cluster
+    config.ScaleLabKubeSpawner.store_url = f"hdfs://127.0.0.1:{unused_tcp_port}/course"
+    config.ScaleLabKubeSpawner.store_options = {}
+    config.ScaleLabKubeSpawner.store_identity_class = (
+        "scalelab.spawner.store_identity.HDFSUserIdentity"
+    )
+    ann = on_fake(api, config, "ann")
+    await ann.apply_scalelab_options({"profile": "cpu"})
+    with pytest.raises(SpawnException) as failed:
+        await ann.start()
+    assert "home" in str(failed.value).lower()
+    assert [c for c in api.calls if c[0].startswith("create")] == []
+    assert "jupyter-ann-scalelab" not in api.secrets and "default/jupyter-ann" not in api.pods
 
 
 @pytest.mark.parametrize("title", ["### Local", "### Kubernetes"])
