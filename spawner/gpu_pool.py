@@ -21,7 +21,7 @@ from scalelab.common.gpu_source import GPUSource, Reading
 from scalelab.spawner import queue_store
 from scalelab.spawner.allocator import GPUAllocator
 from scalelab.spawner.ledger import Holding, LedgerError
-from scalelab.spawner.metrics import register_collector
+from scalelab.spawner.metrics import GPU_SOURCE_ERRORS, register_collector
 from scalelab.spawner.policy import GPUPolicy
 from scalelab.spawner.spark_grants import SparkGrant
 
@@ -81,6 +81,8 @@ class GPUPool:
         self.policy = policy
         self.source = source
         self.log = log
+        #: Why the GPU source's last reading failed (its exception, one line), or None.
+        self.readings_problem: str | None = None
         # Kept so that the sweeper lives as long as the pool: the event loop holds only a weak
         # reference to a task, which the garbage collector may otherwise end mid-run.
         self._sweeper: asyncio.Task | None = None
@@ -161,7 +163,13 @@ class GPUPool:
         policy = GPUPolicy(config=settings.config)
 
         async def busy_check(uuid: str) -> str | None:
-            return await asyncio.to_thread(source.busy, uuid)
+            try:
+                return await asyncio.to_thread(source.busy, uuid)
+            except Exception as exc:  # noqa: BLE001 -- any source's own error: kept out, not lost
+                GPU_SOURCE_ERRORS.labels(call="busy").inc()
+                problem = f"the GPU source could not check it ({_one_line(exc)})"
+                log.warning("ScaleLab GPU %s: %s", uuid, problem)
+                return problem  # quarantined until a later check of the source says it is free
 
         allocator = GPUAllocator(
             [g.uuid for g in inventory.gpus],
@@ -196,11 +204,28 @@ class GPUPool:
     async def readings(self) -> dict[str, Reading]:
         """Utilisation and memory in use of the inventory's GPUs, from the source (in a worker
         thread): uuid -> (utilisation %, memory in use in MiB or None); a GPU left out is
-        unknown."""
+        unknown. A source that raises leaves every GPU unknown (``{}``): its error is in
+        :attr:`readings_problem`, the hub's log (once per new problem) and
+        ``scalelab_gpu_source_errors_total``; nothing else fails."""
         uuids = [g.uuid for g in self.inventory.gpus]
         if not uuids:
             return {}
-        return await asyncio.to_thread(self.source.utilization, uuids)
+        try:
+            found = await asyncio.to_thread(self.source.utilization, uuids)
+        except Exception as exc:  # noqa: BLE001 -- any source's own error: readings unknown
+            GPU_SOURCE_ERRORS.labels(call="utilization").inc()
+            problem = f"{type(self.source).__name__} failed: {_one_line(exc)}"
+            if problem != self.readings_problem:
+                self.log.warning("ScaleLab GPU readings unknown: %s", problem)
+            self.readings_problem = problem
+            return {}
+        self.readings_problem = None
+        return found
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())[:200]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _restore(allocator: GPUAllocator, holding: Holding, log: logging.Logger) -> None:

@@ -2,7 +2,8 @@
 
 Gauges read from the allocator at scrape time (``scalelab_gpus_*``,
 ``scalelab_gpu_queue_length``, ``scalelab_spark_executor_gpus_granted``); the spawner updates
-``scalelab_gpu_queue_wait_seconds`` and ``scalelab_gpu_hours_total`` as GPUs come and go.
+``scalelab_gpu_queue_wait_seconds`` and ``scalelab_gpu_hours_total`` as GPUs come and go, the
+pool ``scalelab_gpu_source_errors_total`` when its GPU source raises.
 Why: docs/design-notes.md, scalelab.spawner.metrics.
 """
 
@@ -25,6 +26,13 @@ GPU_HOURS = Counter(
     "scalelab_gpu_hours",
     "GPU-hours used by servers, by JupyterHub group of their user ('' for none)",
     ["group"],
+)
+
+GPU_SOURCE_ERRORS = Counter(
+    "scalelab_gpu_source_errors",
+    "Calls to the hub's GPU source that raised (its GPUs' readings unknown, or a released GPU "
+    "kept out until the source can check it), by call",
+    ["call"],
 )
 
 

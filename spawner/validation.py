@@ -7,8 +7,12 @@ naming it, not a setting silently ignored or a failure at the first spawn.
 
 from __future__ import annotations
 
+import difflib
+import os
 from typing import Any
 
+import fsspec
+from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import TraitError
 from traitlets.config import Config
 
@@ -23,6 +27,7 @@ from scalelab.spawner.store_identity import (
     SharedStoreIdentity,
     identity_class,
 )
+from scalelab.store import protocols
 
 
 def _scalelab_section(cls: type) -> bool:
@@ -51,7 +56,8 @@ def validate_spawner_config(config: Config, spawner_class: type | None = None) -
     ``c.ScaleLabSpawner.start_timeout`` is), ``c.GPUPolicy``, the profiles, the Spark driver
     memory sizes, the declared GPUs, the GPU source class with its own section, and the store
     identity class (``store_identity_class``) with its own section, against ``store_url``
-    (``c.S3KeyFile.key_file`` set, an ``s3://`` store for it). JupyterHub's own sections
+    (``c.S3KeyFile.key_file`` set, an ``s3://`` store for it), the store URL's protocol, and,
+    for servers on this machine, ``hadoop_conf_dir``. JupyterHub's own sections
     (``c.Spawner``, ``c.LocalProcessSpawner``) are left to JupyterHub.
 
     Parameters
@@ -79,6 +85,9 @@ def validate_spawner_config(config: Config, spawner_class: type | None = None) -
     settings = spawner_settings(config, spawner_class)
     where = f"c.{spawner_class.__name__}"
     check_spawn_settings(config, settings, where)
+    check_store_url(str(settings.get("store_url") or ""), where)
+    if issubclass(spawner_class, LocalProcessSpawner):  # servers on the hub's machine
+        check_hadoop_conf_dir(str(settings.get("hadoop_conf_dir") or ""), where)
     check_store_identity(config, settings, where)
     try:  # traitlets checks each configured value against its trait's type when it is made
         spawner_class(config=config)
@@ -121,6 +130,53 @@ def check_spark_conf(conf: dict[str, Any], where: str) -> None:
             raise ValueError(
                 f"{where}.spark_conf: set {key} with {where}.{OWN_SETTINGS[key]}, not in spark_conf"
             )
+
+
+def check_store_url(store_url: str, where: str) -> None:
+    """Check that ``store_url``'s protocol is one fsspec knows (pure but for fsspec's registry
+    of protocols; nothing is opened). Empty: the spawner's default.
+
+    Raises
+    ------
+    ValueError
+        An unknown protocol (``hdfss://``), named with the nearest known one.
+    """
+    if not store_url:
+        return
+    scheme = protocols.scheme_of(store_url)
+    try:
+        fsspec.get_filesystem_class(scheme)
+    except ValueError:
+        known = {
+            *fsspec.available_protocols(),
+            *(s for p in protocols.registered() for s in p.schemes),
+        }
+        near = difflib.get_close_matches(scheme, sorted(known), n=1)
+        hint = f"did you mean {near[0]}://? " if near else ""
+        raise ValueError(
+            f"{where}.store_url = {store_url!r} names the protocol {scheme!r}, which fsspec does "
+            f"not know: {hint}ScaleLab's stores are file://, hdfs://, webhdfs:// and s3://"
+        ) from None
+    except ImportError:
+        pass  # its package is the servers' concern (scalelab doctor and each kernel check it)
+
+
+def check_hadoop_conf_dir(folder: str, where: str) -> None:
+    """Check that ``hadoop_conf_dir``, where set, is a folder on this machine (for spawners
+    whose servers run here).
+
+    Raises
+    ------
+    ValueError
+        It does not exist or is not a folder; the message names the setting.
+    """
+    if folder and not os.path.isdir(folder):
+        what = "is not a folder" if os.path.exists(folder) else "does not exist"
+        raise ValueError(
+            f"{where}.hadoop_conf_dir = {folder!r} {what} on this machine: set it to the folder "
+            "of the cluster's core-site.xml, hdfs-site.xml and yarn-site.xml (often "
+            "/etc/hadoop/conf), or leave it unset off the cluster"
+        )
 
 
 def check_store_identity(config: Config, settings: dict[str, Any], where: str) -> None:

@@ -30,6 +30,7 @@ def board_model(
     inventory: GPUInventory,
     readings: Mapping[str, Reading],
     now: float,
+    readings_problem: str | None = None,
 ) -> dict[str, Any]:
     """The board's content (pure).
 
@@ -45,7 +46,8 @@ def board_model(
         (None when unknown); ``spark``: the executor GPUs granted to students' Spark
         applications on a cluster (counted against their limits, placed by the cluster, so in
         no GPU's row), oldest first, with ``server``, ``user``, ``application``, ``gpus`` and
-        ``since`` (ISO 8601 UTC).
+        ``since`` (ISO 8601 UTC); ``readings_problem``: why the GPU source's readings are
+        unknown (it raised), or None.
     """
     holders = {gpu: h for h in allocator.ledger.holdings() for gpu in h.gpus}
     quarantined = allocator.ledger.quarantined()
@@ -88,7 +90,13 @@ def board_model(
         {**grant.to_json(), "user": grant.user, "since": _iso(grant.since)}
         for grant in allocator.spark.all()
     ]
-    return {"source": inventory.source, "gpus": gpus, "queue": queue, "spark": spark}
+    return {
+        "source": inventory.source,
+        "gpus": gpus,
+        "queue": queue,
+        "spark": spark,
+        "readings_problem": readings_problem,
+    }
 
 
 def _iso(seconds: float) -> str:
@@ -101,7 +109,9 @@ async def _current_board(handler: BaseHandler) -> dict[str, Any]:
         settings = handler.settings
         pool = await GPUPool.ensure_for(settings["spawner_class"], settings["config"])
     readings = await pool.readings()  # from the pool's GPU source, in a worker thread
-    return board_model(pool.allocator, pool.inventory, readings, pool.allocator.clock())
+    return board_model(
+        pool.allocator, pool.inventory, readings, pool.allocator.clock(), pool.readings_problem
+    )
 
 
 class GPUBoardAPIHandler(APIHandler):

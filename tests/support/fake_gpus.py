@@ -54,3 +54,25 @@ class FileReadingsGPUs(DeclaredGPUs):
             self.log.warning("FAKE GPU utilisation from %s: %s", self.readings_file, readings)
             self._seen = readings
         return {uuid: (float(readings[uuid]), None) for uuid in uuids if uuid in readings}
+
+
+class FailingGPUs(DeclaredGPUs):
+    """Declared GPUs whose source raises on every reading and busy check while ``failing`` is
+    True, as NVML does after a driver upgrade ("Driver/library version mismatch") or an exporter
+    that went away; with ``failing`` False every GPU reads 5 % and is free."""
+
+    failing = True
+
+    def utilization(self, uuids: Sequence[str]) -> dict[str, Reading]:
+        if self.failing:
+            raise RuntimeError("NVML: Driver/library version mismatch")
+        return {uuid: (5.0, None) for uuid in uuids}
+
+    def busy(self, uuid: str) -> str | None:
+        if self.failing:
+            raise RuntimeError("NVML: Driver/library version mismatch")
+        return None
+
+
+#: :class:`FailingGPUs`' import path.
+FAILING_PATH = "tests.support.fake_gpus.FailingGPUs"

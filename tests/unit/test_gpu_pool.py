@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from prometheus_client import REGISTRY
 from traitlets.config import Config
 
 from scalelab.common.gpu_source import DeclaredGPUs, NVMLGPUs, source_class
@@ -21,7 +22,7 @@ from scalelab.hub_ext.hub.gpu_board import board_model
 from scalelab.spawner import ScaleLabSpawner
 from scalelab.spawner.gpu_pool import GPUPool
 from scalelab.spawner.ledger import Holding
-from tests.support.fake_gpus import IMPORT_PATH, FileReadingsGPUs
+from tests.support.fake_gpus import FAILING_PATH, IMPORT_PATH, FailingGPUs, FileReadingsGPUs
 
 TWO = [{"uuid": "GPU-fake-0", "memory_mib": 1024}, {"uuid": "GPU-fake-1"}]
 
@@ -169,6 +170,43 @@ async def test_readings_come_from_the_source_off_the_event_loop_and_reach_the_bo
         ("GPU-fake-0", 90.0, None),
         ("GPU-fake-1", None, None),
     ]
+
+
+def _source_errors(call: str) -> float:
+    return REGISTRY.get_sample_value("scalelab_gpu_source_errors_total", {"call": call}) or 0.0
+
+
+@pytest.mark.asyncio
+async def test_a_gpu_source_that_raises_leaves_its_gpus_unknown_and_nothing_else_fails(
+    tmp_path: Path, no_pool, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(FailingGPUs, "failing", True)
+    pool = await GPUPool.ensure(
+        _spawner(tmp_path, declared_gpus=TWO, gpu_source_class=FAILING_PATH)
+    )
+    before = _source_errors("utilization"), _source_errors("busy")
+    assert await pool.readings() == {}  # every GPU unknown, no exception
+    problem = "FailingGPUs failed: RuntimeError: NVML: Driver/library version mismatch"
+    assert pool.readings_problem == problem
+    board = board_model(
+        pool.allocator, pool.inventory, {}, pool.allocator.clock(), pool.readings_problem
+    )
+    assert board["readings_problem"] == problem
+    assert [g["utilization_pct"] for g in board["gpus"]] == [None, None]
+    # A release while the source cannot check the GPU keeps it out, with the reason: never
+    # handed to the next student on a guess.
+    holding = await pool.allocator.acquire("alice/", "alice", 1)
+    await pool.allocator.release("alice/")
+    (gpu,) = holding.gpus
+    reason = pool.allocator.ledger.quarantined()[gpu]
+    assert "the GPU source could not check it (RuntimeError: NVML" in reason
+    assert _source_errors("utilization") == before[0] + 1
+    assert _source_errors("busy") == before[1] + 1
+    # The source recovers: readings are back, the problem gone, the GPU free again.
+    monkeypatch.setattr(FailingGPUs, "failing", False)
+    assert await pool.readings() == {"GPU-fake-0": (5.0, None), "GPU-fake-1": (5.0, None)}
+    assert pool.readings_problem is None
+    assert await pool.allocator.recheck_quarantine() == [gpu]
 
 
 @pytest.mark.asyncio

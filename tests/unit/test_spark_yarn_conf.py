@@ -66,12 +66,35 @@ def test_ops_spark_conf_is_checked_when_the_hub_starts(spark_conf: dict, message
         validate_spawner_config(c)
 
 
-def test_a_good_yarn_configuration_passes_the_hubs_check():
+def test_a_good_yarn_configuration_passes_the_hubs_check(tmp_path: Path):
     c = Config()
     c.ScaleLabSpawner.spark_master = "yarn"
-    c.ScaleLabSpawner.hadoop_conf_dir = "/etc/hadoop/conf"
+    c.ScaleLabSpawner.hadoop_conf_dir = str(tmp_path)
     c.ScaleLabSpawner.spark_conf = {"spark.executor.memoryOverhead": "1g"}
     validate_spawner_config(c)
+
+
+@pytest.mark.parametrize(("make", "what"), [(None, "does not exist"), ("file", "is not a folder")])
+def test_a_hadoop_conf_dir_that_is_no_folder_here_is_refused_at_hub_start(
+    tmp_path: Path, make: str | None, what: str
+):
+    folder = tmp_path / "conf"
+    if make == "file":
+        folder.write_text("not a folder")
+    c = Config()
+    c.ScaleLabSpawner.spark_master = "yarn"
+    c.ScaleLabSpawner.hadoop_conf_dir = str(folder)
+    with pytest.raises(ValueError, match=rf"c\.ScaleLabSpawner\.hadoop_conf_dir = .* {what}"):
+        validate_spawner_config(c)
+
+
+def test_a_remote_backends_hadoop_conf_dir_is_the_nodes_and_not_checked_here():
+    """Slurm's and Kubernetes' servers read the folder on their nodes or in their image."""
+    from scalelab.spawner.slurm import ScaleLabSlurmSpawner
+
+    c = Config()
+    c.ScaleLabSlurmSpawner.hadoop_conf_dir = "/etc/hadoop/conf-on-the-nodes"
+    validate_spawner_config(c, ScaleLabSlurmSpawner)
 
 
 def test_yarn_is_client_mode_with_sparks_jars_on_each_nodemanager():

@@ -171,3 +171,23 @@ def test_every_registered_protocol_runs_fsspecs_conformance_tests():
         "the Abstract*Tests, protocol = '<name>') beside the protocol's other tests"
     )
     assert set(running) >= {"file", "s3", "hdfs", "webhdfs"}
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("hdfss://nn:8020/course", r"'hdfss', which fsspec does not know: did you mean hdfs://\?"),
+        ("s4://bucket/course", r"'s4', which fsspec does not know: ScaleLab's stores are"),
+    ],
+)
+def test_an_unknown_store_protocol_is_refused_at_hub_start(url: str, message: str):
+    from traitlets.config import Config
+
+    from scalelab.spawner.validation import validate_spawner_config
+
+    c = Config()
+    c.ScaleLabSpawner.store_url = url
+    with pytest.raises(ValueError, match=rf"c\.ScaleLabSpawner\.store_url = .*{message}"):
+        validate_spawner_config(c)
+    c.ScaleLabSpawner.store_url = "gcs://bucket/course"  # known to fsspec: its package is the
+    validate_spawner_config(c)  # servers' concern, checked by the doctor and each kernel
