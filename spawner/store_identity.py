@@ -22,7 +22,7 @@ from traitlets.config import LoggingConfigurable
 from scalelab.common.classsetting import configured_class
 from scalelab.common.strictconfig import StrictConfigurable
 from scalelab.store.access.guard import DATASETS, HOMES
-from scalelab.store.protocols import scheme_of
+from scalelab.store.protocols import for_url, scheme_of
 from scalelab.store.protocols.hdfs import HDFSProtocol, WebHDFSProtocol
 from scalelab.store.protocols.s3 import S3Protocol
 
@@ -265,10 +265,14 @@ class StoreIdentity(StrictConfigurable, LoggingConfigurable):
             The home cannot be made; the message is the student's, the hub log says why.
         """
 
-    def _refuse(self, user: str, problem: str, student_message: str, reason: str) -> SpawnException:
+    def _refuse(
+        self, user: str, problem: str, student_message: str, reason: str, status_code: int = 400
+    ) -> SpawnException:
         """A ``SpawnException`` for the student, ``problem`` in the hub's log."""
         self.log.error("Store identity for %s: %s", user, problem)
-        return SpawnException(student_message, reason=reason, log_message=problem)
+        return SpawnException(
+            student_message, reason=reason, log_message=problem, status_code=status_code
+        )
 
     def _checked(self, user: str, store_url: str) -> None:
         try:
@@ -580,20 +584,31 @@ class HDFSUserIdentity(StoreIdentity):
         Raises
         ------
         jupyterhub.spawner.SpawnException
-            The namenode refused or could not be reached; the hub's log names the path, the
-            reason and the fix.
+            The namenode refused (400) or could not be reached (503: an outage, the student is
+            asked to try again); the hub's log names the path, the namenode and the fix.
         """
         if not self.make_homes:
             return
         self._checked(user, store_url)
         from scalelab.store.access.fs import open_target
         from scalelab.store.access.hdfs import make_hdfs_home
+        from scalelab.store.access.student import is_unreachable
 
         home = f"{HOMES}/{user}"
         try:
             fs, root = open_target(store_url, hub_options)
             made = make_hdfs_home(fs, f"{root.rstrip('/')}/{home}", user)
         except Exception as exc:  # noqa: BLE001 -- each client raises its own errors
+            if is_unreachable(exc):  # an outage, not a setting: 503, and the namenode named
+                wording = for_url(store_url).unreachable_message(store_url, exc, os.environ)
+                raise self._refuse(
+                    user,
+                    f"cannot make {user}'s home {home}: {wording or exc}",
+                    "Your server cannot start now: the course store does not answer. Try again "
+                    "in a few minutes; if it lasts, tell the course's operators.",
+                    "store-unavailable",
+                    status_code=503,
+                ) from None
             reason = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
             raise self._refuse(
                 user,
