@@ -630,6 +630,7 @@ class DoctorSettings:
     exclude_gpus: list
     ports: tuple[HubPort, ...] = ()
     hadoop_conf_dir: str = ""
+    kernelspec_path: tuple[str, ...] = ()
 
 
 def _get(section: Any, key: str, default: Any) -> Any:
@@ -698,6 +699,7 @@ def load_settings(
         exclude_gpus=list(_get(spawner, "exclude_gpus", [])),
         ports=hub_ports(c, operator, config_file),
         hadoop_conf_dir=_get(spawner, "hadoop_conf_dir", ""),
+        kernelspec_path=tuple(_get(spawner, "kernelspec_path", ())),
     )
 
 
@@ -801,6 +803,7 @@ def run_checks(s: DoctorSettings, env: Mapping[str, str] | None = None) -> list[
     """Every check, in order, on ``s`` with the servers' environment ``env``; each looks and
     none creates or changes a file. Never raises for a broken host."""
     from scalelab.commands.doctor_hadoop import hadoop_checks
+    from scalelab.commands.doctor_kernels import check_kernels
     from scalelab.commands.up import UpError, find_proxy
 
     env = python_env() if env is None else env
@@ -812,6 +815,7 @@ def run_checks(s: DoctorSettings, env: Mapping[str, str] | None = None) -> list[
         check_java(env),
         check_spark(env, s.spark_master),
         check_store(s.store_url, s.store_options),
+        check_kernels(s.kernelspec_path, str(StateFolder(Path(s.state_dir)).kernelspecs)),
         *hadoop_checks(s.store_url, s.store_options, s.spark_master, cluster_env(env, s)),
         check_homes(s.home_root),
         check_gpus(s.declared_gpus, s.exclude_gpus),

@@ -41,7 +41,7 @@ def test_doctor_on_a_good_configuration_passes_with_the_missing_gpu_as_a_warning
     result = doctor(tmp_path, "--port", str(free_port()), "--store", store.as_uri())
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    names = ("Java", "Spark", "Homes", "Proxy", "Port", "Hub port", "Database")
+    names = ("Java", "Spark", "Kernels", "Homes", "Proxy", "Port", "Hub port", "Database")
     for name in (*names, "Proxy API port"):
         assert f"[ ok ] {name}: " in out, out
     assert "Spark 4.3.0" in out
