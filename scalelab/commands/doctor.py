@@ -383,7 +383,8 @@ def _url_port(url: str) -> tuple[str, int]:
 
 
 def hub_ports(c: Any, operator: Any = None, config_file: str | None = None) -> tuple[HubPort, ...]:
-    """The ports the hub configured by ``c`` will listen on: the public port (the proxy's),
+    """The ports the hub configured by ``c`` will listen on: the public port (the proxy's:
+    ``c.JupyterHub.bind_url`` where the operator's file sets it, else ``ip`` and ``port``),
     the hub's own port and the proxy's API port, in that order.
 
     Parameters
@@ -400,14 +401,18 @@ def hub_ports(c: Any, operator: Any = None, config_file: str | None = None) -> t
     mine = str(config_file or "")
     hub, proxy = c.JupyterHub, c.ConfigurableHTTPProxy
     started = bool(_get(proxy, "should_start", True))
-    public = HubPort(
-        "Port",
-        _get(hub, "ip", ""),
-        int(_get(hub, "port", 8000)),
-        "c.JupyterHub.port",
-        mine if _is_set(operator, "JupyterHub", "port") else "",
-        started,
-    )
+    if _is_set(operator, "JupyterHub", "bind_url"):  # JupyterHub's own: it wins over ip, port
+        ip, port = _url_port(hub["bind_url"])
+        public = HubPort("Port", ip, port, "c.JupyterHub.bind_url", mine, started)
+    else:
+        public = HubPort(
+            "Port",
+            _get(hub, "ip", ""),
+            int(_get(hub, "port", 8000)),
+            "c.JupyterHub.port",
+            mine if _is_set(operator, "JupyterHub", "port") else "",
+            started,
+        )
     if _get(hub, "hub_bind_url", ""):
         ip, port = _url_port(hub["hub_bind_url"])
         own = HubPort("Hub port", ip, port, "c.JupyterHub.hub_bind_url", mine)

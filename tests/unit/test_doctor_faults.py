@@ -259,6 +259,21 @@ def test_without_a_config_only_the_public_port_is_fixed(tmp_path: Path):
         assert setting in checks[name].detail
 
 
+def test_the_public_port_of_a_bind_url_is_checked_not_the_default_port(tmp_path: Path):
+    """An operator's ``c.JupyterHub.bind_url`` is where the hub listens (JupyterHub's own rule:
+    it wins over ``ip`` and ``port``); doctor checked port 8000 instead."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        mine = _config(tmp_path, f"c.JupyterHub.bind_url = 'http://127.0.0.1:{port}/course/'\n")
+        s = load_settings(tmp_path / "state", config_file=mine)
+        checks = _by_name(check_ports(s.ports, our_pids=set()))
+    assert checks["Port"].status == FAIL
+    assert f"port {port} on 127.0.0.1 is already in use" in checks["Port"].detail
+    assert "c.JupyterHub.bind_url" in checks["Port"].fix
+
+
 def test_a_hub_port_or_proxy_api_port_fixed_by_the_config_and_taken_fails_naming_both(
     tmp_path: Path,
 ):
