@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 
 from jupyterhub.spawner import SpawnException
-from jupyterhub.utils import exponential_backoff
+from jupyterhub.utils import exponential_backoff, recursive_update
 from kubernetes_asyncio.client import V1ObjectMeta, V1Secret
 from kubespawner import KubeSpawner
 from traitlets import Dict, Enum, List, TraitError, Unicode, default, validate
@@ -193,9 +193,21 @@ class ScaleLabKubeSpawner(CourseSpawnerMixin, KubeSpawner):
             setattr(self, name, value)
         overrides = self.profile_overrides.get(self._request.profile.slug) or {}
         self._before_overrides = {name: copy.deepcopy(getattr(self, name)) for name in overrides}
-        if overrides:
-            self._apply_overrides(overrides)
+        for name, value in overrides.items():
+            self._override(name, value)
         await self.prepare_store_home()
+
+    def _override(self, name: str, value: Any) -> None:
+        """Set the KubeSpawner setting ``name`` as ``kubespawner_override`` does: a callable is
+        called with the spawner, a dict is merged into a dict setting (a None value removes its
+        key), anything else replaces the setting."""
+        if callable(value):
+            value = value(self)
+        current = getattr(self, name)
+        if isinstance(value, dict) and isinstance(current, dict):
+            recursive_update(current, value)
+        else:
+            setattr(self, name, value)
 
     # -- create and delete -----------------------------------------------------------------------
 

@@ -220,6 +220,38 @@ async def test_profile_overrides_set_kubespawner_settings_per_profile(tmp_path: 
 
 
 @pytest.mark.asyncio
+async def test_profile_overrides_merge_dicts_and_call_callables_as_kubespawner_override(
+    tmp_path: Path,
+):
+    """``kubespawner_override``'s meaning: a dict is merged into a dict setting (None removes a
+    key), a callable is called with the spawner; the next start's profile gets them back."""
+    config = hub_config(
+        tmp_path,
+        profile_overrides={
+            "gpu-1": {
+                "extra_labels": {"course": "dl-2026", "tier": None},
+                "image": lambda spawner: f"course/{spawner.user.name}:gpu",
+            }
+        },
+    )
+    config.ScaleLabKubeSpawner.extra_labels = {"tier": "cpu", "team": "ops"}
+    spawner = ScaleLabKubeSpawner(config=config, user=user("alice"), _mock=True)
+    try:
+        pod, _ = await built(spawner, {"profile": "gpu-1"})
+        labels = pod["metadata"]["labels"]
+        assert labels["course"] == "dl-2026" and labels["team"] == "ops"
+        assert "tier" not in labels  # None removed the configured key
+        assert pod["spec"]["containers"][0]["image"] == "course/alice:gpu"
+        await spawner.release_gpus()
+        pod, _ = await built(spawner, {"profile": "cpu"})
+    finally:
+        await spawner.api.api_client.close()
+    labels = pod["metadata"]["labels"]
+    assert labels["tier"] == "cpu" and "course" not in labels  # the configured dict, whole
+    assert pod["spec"]["containers"][0]["image"] == "quay.io/jupyterhub/singleuser:latest"
+
+
+@pytest.mark.asyncio
 async def test_an_override_that_is_not_a_kubespawner_setting_is_refused(tmp_path: Path):
     config = hub_config(tmp_path, profile_overrides={"gpu-1": {"imgae": "x"}})
     with pytest.raises(Exception, match=r"\['imgae'\] are not KubeSpawner settings"):
