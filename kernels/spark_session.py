@@ -274,7 +274,9 @@ def prepare_driver_environment(conf: Mapping[str, str]) -> None:
     Raises
     ------
     SparkStartError
-        The master is ``yarn`` and its configuration folder or Spark installation is missing.
+        The master is ``yarn`` and its configuration folder or Spark installation is missing,
+        or no ResourceManager answers (at once, with its address, where Spark would retry for
+        minutes).
     """
     # Executors run Python workers: make them use this kernel's interpreter, not python3 on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -283,6 +285,9 @@ def prepare_driver_environment(conf: Mapping[str, str]) -> None:
         problem = spark_yarn.missing_conf_dir(os.environ)
         if problem is not None:  # Spark's own refusal would read as a JVM that failed to start
             raise SparkStartError(f"Spark did not start: {problem}")
+        down = spark_yarn.unreachable_resourcemanager(os.environ)
+        if down is not None:  # Spark would retry for minutes without a word in the notebook
+            raise SparkStartError(down)
         try:
             home = spark_yarn.spark_home(os.environ)
             os.environ.update(spark_yarn.yarn_environment(os.environ, home, sys.executable))

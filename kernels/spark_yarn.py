@@ -127,3 +127,61 @@ def missing_conf_dir(environ: Mapping[str, str]) -> str | None:
             "cluster's client configuration folder, then restart your server"
         )
     return None
+
+
+#: Hadoop's default port of the ResourceManager's client RPC, where applications are submitted.
+RM_PORT = 8032
+#: Seconds to wait for a TCP connection to a ResourceManager.
+RM_PROBE_TIMEOUT_S = 2.0
+
+
+def resourcemanager_addresses(conf: Mapping[str, str]) -> list[tuple[str, int]]:
+    """The ResourceManager(s) a YARN client submits to, from yarn-site.xml's ``conf`` (pure):
+    each RM of an HA pair (``yarn.resourcemanager.ha.rm-ids``), else the one; its
+    ``yarn.resourcemanager.address[.<id>]``, else ``yarn.resourcemanager.hostname[.<id>]`` with
+    Hadoop's port 8032. Empty when yarn-site.xml names none (Hadoop's default, 0.0.0.0)."""
+    ids = [i.strip() for i in conf.get("yarn.resourcemanager.ha.rm-ids", "").split(",") if i]
+    ha = conf.get("yarn.resourcemanager.ha.enabled", "").strip().lower() == "true" and ids
+    found = []
+    for suffix in [f".{i}" for i in ids] if ha else [""]:
+        address = conf.get(f"yarn.resourcemanager.address{suffix}", "").strip()
+        host = conf.get(f"yarn.resourcemanager.hostname{suffix}", "").strip()
+        if address and not address.startswith("${"):
+            name, _, port = address.rpartition(":")
+            found.append((name or host, int(port) if port.isdigit() else RM_PORT))
+        elif host:
+            found.append((host, RM_PORT))
+    return found
+
+
+def unreachable_resourcemanager(
+    environ: Mapping[str, str], timeout_s: float = RM_PROBE_TIMEOUT_S
+) -> str | None:
+    """Why a Spark application cannot be submitted to YARN because no ResourceManager answers
+    (one line: the addresses and what to do), or None when one accepts a TCP connection or
+    yarn-site.xml names none. Spark itself would retry for minutes without a word in the
+    notebook. Reads ``$HADOOP_CONF_DIR``/``$YARN_CONF_DIR``'s yarn-site.xml."""
+    import socket
+
+    from scalelab.store.access.hdfs import read_hadoop_conf
+
+    folder = next((environ[n] for n in CONF_DIR_VARIABLES if environ.get(n)), None)
+    try:
+        addresses = resourcemanager_addresses(read_hadoop_conf(folder, ("yarn-site.xml",)))
+    except Exception:  # noqa: BLE001 -- a configuration Spark reads itself: its error then
+        return None
+    for host, port in addresses:
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                return None
+        except OSError:
+            continue
+    if not addresses:
+        return None
+    where = ", ".join(f"{host}:{port}" for host, port in addresses)
+    return (
+        f"Spark on YARN cannot start: the ResourceManager at {where} does not answer. The "
+        "cluster may be down or restarting: try again in a few minutes, and tell the course's "
+        "operators (scalelab doctor checks YARN). Until then, local Spark works: "
+        "spark.master local[*]."
+    )

@@ -7,6 +7,7 @@ tests/integration/hadoop/test_spark_yarn.py."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pyspark
@@ -254,3 +255,79 @@ def test_container_logs_are_found_through_the_resourcemanager_and_copied_once(tm
     mirror.look(answers.__getitem__, logs.__getitem__)
     mirror.look(answers.__getitem__, logs.__getitem__)
     assert (tmp_path / log_name(cid)).read_text() == "line 1\nline 2\n"
+
+
+def _rm_at(port: int) -> dict[str, str]:
+    return {"yarn.resourcemanager.address": f"127.0.0.1:{port}"}
+
+
+def _yarn_site(folder: Path, **props: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    body = "".join(
+        f"<property><name>{k}</name><value>{v}</value></property>" for k, v in props.items()
+    )
+    (folder / "yarn-site.xml").write_text(f"<configuration>{body}</configuration>")
+    return folder
+
+
+def test_the_resourcemanagers_a_client_submits_to():
+    from scalelab.kernels.spark_yarn import resourcemanager_addresses
+
+    assert resourcemanager_addresses({"yarn.resourcemanager.address": "rm:8050"}) == [("rm", 8050)]
+    assert resourcemanager_addresses({"yarn.resourcemanager.hostname": "rm"}) == [("rm", 8032)]
+    ha = {
+        "yarn.resourcemanager.ha.enabled": "true",
+        "yarn.resourcemanager.ha.rm-ids": "rm1,rm2",
+        "yarn.resourcemanager.hostname.rm1": "master1",
+        "yarn.resourcemanager.address.rm2": "master2:8050",
+    }
+    assert resourcemanager_addresses(ha) == [("master1", 8032), ("master2", 8050)]
+    assert resourcemanager_addresses({}) == []
+
+
+def test_a_resourcemanager_that_does_not_answer_is_named_at_once(tmp_path: Path):
+    from scalelab.kernels.spark_yarn import unreachable_resourcemanager
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # bound, never listening: connections are refused
+        down = _yarn_site(
+            tmp_path / "down", **{"yarn.resourcemanager.address": f"127.0.0.1:{port}"}
+        )
+        problem = unreachable_resourcemanager({"HADOOP_CONF_DIR": str(down)})
+    assert problem is not None
+    assert f"the ResourceManager at 127.0.0.1:{port} does not answer" in problem
+    assert "scalelab doctor" in problem and "local[*]" in problem
+    with socket.socket() as up:
+        up.bind(("127.0.0.1", 0))
+        up.listen()
+        port = up.getsockname()[1]
+        live = _yarn_site(tmp_path / "up", **_rm_at(port))
+        assert unreachable_resourcemanager({"YARN_CONF_DIR": str(live)}) is None
+    assert (
+        unreachable_resourcemanager({"HADOOP_CONF_DIR": str(_yarn_site(tmp_path / "none"))}) is None
+    )
+
+
+def test_a_yarn_kernel_whose_resourcemanager_is_down_says_so_at_first_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The cell that uses ``spark`` ends with the ResourceManager's address, instead of Spark's
+    minutes of retries that showed nothing in the notebook."""
+    from scalelab.kernels.spark_session import begin
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        conf = _yarn_site(
+            tmp_path / "conf", **{"yarn.resourcemanager.address": f"127.0.0.1:{port}"}
+        )
+        monkeypatch.setenv("SCALELAB_SPARK_MASTER", "yarn")
+        monkeypatch.setenv("HADOOP_CONF_DIR", str(conf))
+        for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYSPARK_ARCHIVES_PATH"):
+            monkeypatch.delenv(name, raising=False)
+        namespace: dict = {}
+        banner = begin(namespace, None, None)
+        assert banner.startswith("spark: yarn with spark.driver.memory=")
+        with pytest.raises(SparkStartError, match=rf"ResourceManager at 127\.0\.0\.1:{port} does"):
+            namespace["spark"].range(1)
