@@ -161,22 +161,16 @@ def unreachable_resourcemanager(
     (one line: the addresses and what to do), or None when one accepts a TCP connection or
     yarn-site.xml names none. Spark itself would retry for minutes without a word in the
     notebook. Reads ``$HADOOP_CONF_DIR``/``$YARN_CONF_DIR``'s yarn-site.xml."""
-    import socket
-
+    from scalelab.store.access.check import tcp_reachable
     from scalelab.store.access.hdfs import read_hadoop_conf
+    from scalelab.store.errors import StoreConfigError
 
     folder = next((environ[n] for n in CONF_DIR_VARIABLES if environ.get(n)), None)
     try:
         addresses = resourcemanager_addresses(read_hadoop_conf(folder, ("yarn-site.xml",)))
-    except Exception:  # noqa: BLE001 -- a configuration Spark reads itself: its error then
+    except StoreConfigError:  # a file Spark reads itself: its own error then
         return None
-    for host, port in addresses:
-        try:
-            with socket.create_connection((host, port), timeout=timeout_s):
-                return None
-        except OSError:
-            continue
-    if not addresses:
+    if not addresses or any(tcp_reachable(h, p, timeout_s) for h, p in addresses):
         return None
     where = ", ".join(f"{host}:{port}" for host, port in addresses)
     return (

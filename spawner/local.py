@@ -32,8 +32,7 @@ from scalelab.spawner.system_users import (
     private_folder,
     system_user_name,
 )
-from scalelab.store import protocols
-from scalelab.store.protocols.local import LocalProtocol
+from scalelab.store.protocols import local_folder
 
 
 class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, LocalProcessSpawner):
@@ -279,4 +278,4 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
 
 def local_store_root(store_url: str) -> Path | None:
     """The folder of a local course store (``file://`` URL or plain path), else None (pure)."""
-    return LocalProtocol.folder(store_url) if protocols.for_url(store_url).local else None
+    return local_folder(store_url)

@@ -142,9 +142,9 @@ def _written_path(exc: BaseException | None) -> str | None:
 
 
 def _local_root(url: str) -> str | None:
-    from scalelab.store import protocols  # fsspec's back ends: not on this light module's import
+    from scalelab.store.protocols import local_folder  # not on this light module's import
 
-    folder = protocols.LocalProtocol.folder(url) if protocols.for_url(url).local else None
+    folder = local_folder(url)
     return str(folder) if folder is not None and folder.is_absolute() else None
 
 

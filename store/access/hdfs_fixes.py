@@ -21,8 +21,9 @@ from typing import Any
 from fsspec.implementations.webhdfs import WebHDFS
 
 
-class OneOrManyRm:
-    """``rm`` of one path or a list of them (fsspec's ``AbstractFileSystem.rm`` contract)."""
+class HdfsFixes:
+    """What both clients get: ``rm`` of one path or a list of them (fsspec's
+    ``AbstractFileSystem.rm`` contract), and a copy through a temporary file beside its target."""
 
     def rm(self, path: Any, recursive: bool = False, **kwargs: Any) -> None:
         if isinstance(path, (list, tuple)):
@@ -31,24 +32,34 @@ class OneOrManyRm:
             return
         super().rm(path, recursive=recursive, **kwargs)  # type: ignore[misc]
 
+    def _copy_beside(self, path1: str, path2: str) -> None:
+        """Copy ``path1`` to a temporary file in ``path2``'s folder, then :meth:`_rename_onto`
+        ``path2``; the temporary file is removed when anything fails."""
+        target = self._strip_protocol(path2)  # type: ignore[attr-defined]
+        parent, name = posixpath.split(target)
+        temp = posixpath.join(parent, f".{name}.tmp.{secrets.token_hex(6)}")
+        try:
+            with self.open(path1, "rb") as source, self.open(temp, "wb") as copy:  # type: ignore[attr-defined]
+                shutil.copyfileobj(source, copy, 1 << 20)
+            self._rename_onto(temp, target)
+        except BaseException:
+            with suppress(FileNotFoundError):
+                self.rm(temp)
+            raise
 
-class HdfsNativeFixes(OneOrManyRm):
+    def _rename_onto(self, temp: str, target: str) -> None:
+        raise NotImplementedError
+
+
+class HdfsNativeFixes(HdfsFixes):
     """hdfs-native's ``cp_file`` beside its target, and exclusive create."""
 
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
         """Copy through a temporary file in ``path2``'s folder, renamed onto ``path2``."""
-        target = self._strip_protocol(path2)  # type: ignore[attr-defined]
-        parent, name = posixpath.split(target)
-        temp = posixpath.join(parent, f".{name}.tmp.{secrets.token_hex(6)}")
-        with self._open(self._strip_protocol(path1), "rb") as source:  # type: ignore[attr-defined]
-            try:
-                with self.open(temp, "wb") as copy:  # type: ignore[attr-defined]
-                    shutil.copyfileobj(source, copy, 1 << 20)
-                self.mv(temp, target)  # type: ignore[attr-defined]
-            except BaseException:
-                with suppress(FileNotFoundError):
-                    self.rm(temp)
-                raise
+        self._copy_beside(path1, path2)
+
+    def _rename_onto(self, temp: str, target: str) -> None:
+        self.mv(temp, target)  # type: ignore[attr-defined]
 
     def _exclusive(self, path: str, mode: str, **kwargs: Any) -> Any:
         """``mode`` ``"xb"``: create ``path``, FileExistsError if it is there (the namenode
@@ -61,7 +72,7 @@ class HdfsNativeFixes(OneOrManyRm):
             raise
 
 
-class WebHDFSStore(OneOrManyRm, WebHDFS):
+class WebHDFSStore(HdfsFixes, WebHDFS):
     """fsspec's ``WebHDFS`` (protocol ``webhdfs``, same arguments) with ``rm`` of a list,
     ``cp_file`` of a folder (makes it, as fsspec's local file system does; fsspec's generic
     ``copy`` hands it folders), and exclusive create."""

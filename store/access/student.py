@@ -161,10 +161,14 @@ class StudentStore(DirFileSystem):
         #: The store's kind (:mod:`scalelab.store.protocols`): local links and atomic writes,
         #: folders or none, its errors.
         self.store_protocol = protocols.for_fs(fs)
-        self.local = self.store_protocol.local
         self._real_root = os.path.realpath(root) if self.local else ""
         if self.local:
             fs.makedirs(self._join(view.home), exist_ok=True)
+
+    @property
+    def local(self) -> bool:
+        """Whether the store is a folder of this machine (links checked, writes atomic)."""
+        return self.store_protocol.local
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:

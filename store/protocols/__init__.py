@@ -8,6 +8,8 @@ and one :func:`register` call (docs/architecture.md, "Add a store protocol").
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import fsspec
 from fsspec.implementations.dirfs import DirFileSystem
 
@@ -25,6 +27,7 @@ __all__ = [
     "WebHDFSProtocol",
     "for_fs",
     "for_url",
+    "local_folder",
     "register",
     "registered",
     "scheme_of",
@@ -55,6 +58,12 @@ def for_url(url: str) -> StoreProtocol:
     registered for its scheme (whether fsspec knows it is the caller's check)."""
     scheme = scheme_of(url)
     return _BY_SCHEME.get(scheme) or FsspecProtocol(scheme)
+
+
+def local_folder(url: str) -> Path | None:
+    """The folder of a local store's ``url`` (``file://`` URL or plain path), None for another
+    protocol or an empty path (pure)."""
+    return LocalProtocol.folder(url) if for_url(url).local else None
 
 
 def for_fs(fs: fsspec.AbstractFileSystem) -> StoreProtocol:
