@@ -12,7 +12,6 @@ import collections
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,14 @@ from typing import Any
 
 #: Lines of a worker's output kept to explain its failure.
 LINES_KEPT = 40
+
+#: What a worker prints, followed by a port number, once it holds that port (bound, not yet
+#: listening) on its task's host. Its task gathers every worker's ``host:port`` (a barrier) and
+#: writes them to the worker's stdin as one JSON line; the worker makes ``TF_CONFIG`` of them,
+#: lets the port go and starts its gRPC server on it at once. A port freed before TensorFlow's
+#: import (seconds on a busy host) could be taken by another process meanwhile: then TensorFlow
+#: fails with "Could not start gRPC server".
+PORT_LINE = "scalelab-tf-port "
 
 
 class TFWorkerError(RuntimeError):
@@ -41,20 +48,19 @@ def tf_config(endpoints: Sequence[str], index: int) -> str:
 def worker_environment(
     base: Mapping[str, str],
     *,
-    endpoints: Sequence[str],
-    index: int,
     threads: int,
     gpu_addresses: Sequence[str] = (),
 ) -> dict[str, str]:
-    """The environment of worker ``index`` (pure).
+    """The environment a worker starts with (pure); its ``TF_CONFIG`` comes later, on its
+    stdin, once every worker holds its port (:data:`PORT_LINE`).
 
-    ``TF_CONFIG`` from :func:`tf_config`; ``CUDA_VISIBLE_DEVICES``: the task's GPU addresses
-    (indices into the executor's own ``CUDA_VISIBLE_DEVICES`` where it has one, as Spark's
-    discovery scripts give them), else empty (no GPU); TensorFlow's intra- and inter-op thread
-    pools sized to the task's CPUs (``spark.task.cpus``), unless ``base`` sets them.
+    ``CUDA_VISIBLE_DEVICES``: the task's GPU addresses (indices into the executor's own
+    ``CUDA_VISIBLE_DEVICES`` where it has one, as Spark's discovery scripts give them), else
+    empty (no GPU); TensorFlow's intra- and inter-op thread pools sized to the task's CPUs
+    (``spark.task.cpus``), unless ``base`` sets them.
     """
     env = dict(base)
-    env["TF_CONFIG"] = tf_config(endpoints, index)
+    env.pop("TF_CONFIG", None)
     visible = [d for d in base.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     if gpu_addresses:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(
@@ -104,15 +110,9 @@ def parse_failure(text: str) -> dict[str, Any] | None:
     }
 
 
-def _free_port(host: str) -> tuple[socket.socket, int]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
-    return sock, sock.getsockname()[1]
-
-
 def _run_task(payload: bytes, workers: int, threads: int, use_gpu: bool) -> Iterator[Any]:
-    """One barrier task: start worker ``partitionId`` as a child and wait for it."""
+    """One barrier task: start worker ``partitionId`` as a child, hand it every worker's
+    endpoint once all hold their ports, and wait for it."""
     from pyspark import BarrierTaskContext
 
     from scalelab.common.pdeathsig import set_parent_death_signal
@@ -120,32 +120,31 @@ def _run_task(payload: bytes, workers: int, threads: int, use_gpu: bool) -> Iter
     context = BarrierTaskContext.get()
     index = context.partitionId()
     host = context.getTaskInfos()[index].address.rsplit(":", 1)[0]
-    sock, port = _free_port(host)
-    try:
-        endpoints = context.allGather(f"{host}:{port}")
-    finally:
-        sock.close()  # the worker's gRPC server binds it next
     gpus = list(context.resources()["gpu"].addresses) if use_gpu else []
-    env = worker_environment(
-        os.environ, endpoints=endpoints, index=index, threads=threads, gpu_addresses=gpus
-    )
+    env = worker_environment(os.environ, threads=threads, gpu_addresses=gpus)
     with tempfile.TemporaryDirectory(prefix="scalelab-tf-") as folder:
         job, result = os.path.join(folder, "job.pkl"), os.path.join(folder, "result.pkl")
         with open(job, "wb") as f:
             f.write(payload)
-        argv = [sys.executable, "-m", "scalelab.kernels.tf_worker", job, result]
+        argv = [sys.executable, "-m", "scalelab.kernels.tf_worker", job, result, host, str(index)]
         last: collections.deque[str] = collections.deque(maxlen=LINES_KEPT)
         with subprocess.Popen(
             argv,
             env=env,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             preexec_fn=set_parent_death_signal,
         ) as child:
-            assert child.stdout is not None
+            assert child.stdin is not None and child.stdout is not None
             for line in child.stdout:
                 line = line.rstrip("\n")
+                if line.startswith(PORT_LINE) and not child.stdin.closed:
+                    endpoints = context.allGather(f"{host}:{line[len(PORT_LINE) :]}")
+                    child.stdin.write(json.dumps(endpoints) + "\n")
+                    child.stdin.close()
+                    continue
                 last.append(line)
                 print(f"[worker {index}] {line}", file=sys.stderr, flush=True)
             code = child.wait()

@@ -29,23 +29,21 @@ def test_tf_config_names_every_worker_in_order_and_this_one():
 
 def test_a_cpu_worker_sees_no_gpu_and_one_thread_pool_per_task_cpu():
     env = worker_environment(
-        {"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b", "PATH": "/bin"},
-        endpoints=ENDPOINTS,
-        index=0,
+        {"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b", "PATH": "/bin", "TF_CONFIG": "{}"},
         threads=2,
     )
     assert env["CUDA_VISIBLE_DEVICES"] == ""
     assert (env["TF_NUM_INTRAOP_THREADS"], env["TF_NUM_INTEROP_THREADS"]) == ("2", "2")
-    assert json.loads(env["TF_CONFIG"])["task"]["index"] == 0
+    assert "TF_CONFIG" not in env  # the worker's own, made once every worker holds its port
     assert env["PATH"] == "/bin"
 
 
 def test_a_gpu_worker_gets_its_task_addresses_mapped_through_the_executors_devices():
     base = {"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b,GPU-c", "TF_NUM_INTRAOP_THREADS": "8"}
-    env = worker_environment(base, endpoints=ENDPOINTS, index=1, threads=1, gpu_addresses=["2"])
+    env = worker_environment(base, threads=1, gpu_addresses=["2"])
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-c"  # never a GPU the executor does not hold
     assert env["TF_NUM_INTRAOP_THREADS"] == "8"  # the student's own setting stays
-    bare = worker_environment({}, endpoints=ENDPOINTS, index=1, threads=1, gpu_addresses=["1"])
+    bare = worker_environment({}, threads=1, gpu_addresses=["1"])
     assert bare["CUDA_VISIBLE_DEVICES"] == "1"
 
 

@@ -11,11 +11,17 @@ is a fresh process), and a worker that fails is named with its host and last lin
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
 import pytest
+from pyspark import cloudpickle
 
+from scalelab.kernels.tf_distributor import PORT_LINE, worker_environment
 from tests.integration.spark.test_torch_distributor import _cluster_kernel_env
 from tests.support.kernelrun import Kernel
 
@@ -117,7 +123,7 @@ def test_two_workers_all_reduce_learn_and_run_again_in_the_same_notebook(
         assert data["result"] == "((4096, 28, 28, 1), (1000, 28, 28, 1))"
         assert kernel.run(TRAIN)["error"] is None
         out = kernel.run(CHECK, timeout_s=600)
-    assert out["error"] is None, out
+    assert out["error"] is None, out["stderr"][-4000:]  # the workers' own last lines, whole
     result = json.loads(out["stdout"].strip().splitlines()[-1])
     first, again = result["first"], result["again"]
     assert first["replicas"] == again["replicas"] == 2  # two workers, one replica each
@@ -146,3 +152,41 @@ def test_a_worker_that_fails_is_named_with_its_host_and_last_lines(
     assert "Traceback (most recent call last):" in last
     assert "Setting to change: the training function" in explanation
     assert not _tf_workers()
+
+
+def test_a_worker_holds_its_port_until_its_grpc_server_takes_it(tmp_path: Path):
+    """The port a worker announces is bound by the worker until TF_CONFIG arrives, so no other
+    process can take it in between (on a busy host TensorFlow's import takes seconds, and a port
+    freed before it ended some runs in "Could not start gRPC server"); one worker then trains."""
+    job, result = tmp_path / "job.pkl", tmp_path / "result.pkl"
+    job.write_bytes(
+        cloudpickle.dumps((lambda strategy, n: n * strategy.num_replicas_in_sync, (21,), {}))
+    )
+    env = worker_environment(dict(os.environ), threads=1)
+    argv = [
+        sys.executable,
+        "-m",
+        "scalelab.kernels.tf_worker",
+        str(job),
+        str(result),
+        "127.0.0.1",
+        "0",
+    ]
+    with subprocess.Popen(
+        argv,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as worker:
+        assert worker.stdin is not None and worker.stdout is not None
+        announced = next(line for line in worker.stdout if line.startswith(PORT_LINE))
+        port = int(announced[len(PORT_LINE) :])
+        with socket.socket() as other, pytest.raises(OSError, match="Address already in use"):
+            other.bind(("127.0.0.1", port))
+        worker.stdin.write(json.dumps([f"127.0.0.1:{port}"]) + "\n")
+        worker.stdin.close()
+        rest = worker.stdout.read()
+        assert worker.wait(timeout=300) == 0, rest
+    assert cloudpickle.loads(result.read_bytes()) == 21
