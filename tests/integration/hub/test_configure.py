@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import requests
 
 from scalelab.commands.up import find_proxy, free_port
@@ -49,14 +50,32 @@ def _hub_file(tmp_path: Path, token: str, port: int, recipe: str) -> Path:
     return config
 
 
-def _hub(config: Path) -> subprocess.Popen:
+def _hub(config: Path, *, sigint_ignored: bool = False) -> subprocess.Popen:
+    """``jupyterhub -f config``; ``sigint_ignored``: as a shell script's ``jupyterhub ... &``
+    starts it (SIGINT ignored, inherited by every child)."""
     return subprocess.Popen(
         [sys.executable, "-m", "jupyterhub", "-f", str(config)],
         cwd=config.parent,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        if sigint_ignored
+        else None,
     )
+
+
+def _sigint(pid: int) -> str:
+    """What process ``pid`` does on SIGINT: 'ignored', 'caught' (a handler) or 'default'."""
+    masks = dict(
+        line.split(":\t")
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if ":\t" in line
+    )
+    bit = 1 << (signal.SIGINT - 1)
+    if int(masks["SigIgn"], 16) & bit:
+        return "ignored"
+    return "caught" if int(masks["SigCgt"], 16) & bit else "default"
 
 
 def test_plain_jupyterhub_refuses_a_misspelt_setting_in_one_line(tmp_path: Path):
@@ -76,8 +95,11 @@ def test_plain_jupyterhub_refuses_a_misspelt_setting_in_one_line(tmp_path: Path)
 
 
 def test_plain_jupyterhub_with_the_guides_recipe_serves_scalelab(tmp_path: Path):
+    """Started as a shell script's ``jupyterhub -f ... &`` (SIGINT ignored): its services still
+    end on the SIGINT that JupyterHub stops them with (else each sat out its interrupt_timeout,
+    10 s, at every hub stop)."""
     token, port = secrets.token_hex(16), free_port()
-    hub = _hub(_hub_file(tmp_path, token, port, _guide_recipe()))
+    hub = _hub(_hub_file(tmp_path, token, port, _guide_recipe()), sigint_ignored=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(hub.stdout), daemon=True)
     reader.start()
@@ -97,6 +119,19 @@ def test_plain_jupyterhub_with_the_guides_recipe_serves_scalelab(tmp_path: Path)
         url = f"http://127.0.0.1:{port}/hub/api/services"
         services = requests.get(url, headers=auth, timeout=5)
         assert {"scalelab-gpu-monitor", "scalelab-idle-culler"} <= set(services.json())
+        children = psutil.Process(hub.pid).children()
+        found = {
+            name: [p.pid for p in children if module in " ".join(p.cmdline())]
+            for name, module in (
+                ("culler", "jupyterhub_idle_culler"),
+                ("monitor", "scalelab.hub_ext.services.gpu_monitor"),
+            )
+        }
+        assert _sigint(hub.pid) != "default"  # the hub itself: as JupyterHub and the shell set it
+        assert {name: [_sigint(pid) for pid in pids] for name, pids in found.items()} == {
+            "culler": ["caught"],  # Python's KeyboardInterrupt
+            "monitor": ["caught"],
+        }
     finally:
         hub.send_signal(signal.SIGTERM)
         hub.wait(timeout=120)
