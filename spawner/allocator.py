@@ -334,6 +334,28 @@ class GPUAllocator:
         async with self._lock:
             self.ledger.restore(holding)
 
+    async def take_over(self, holding: Holding) -> dict[str, tuple[str, ...]]:
+        """:meth:`GPULedger.take_over`: ``holding`` as the scheduler records it; the GPU time of
+        what it took from other servers is counted up to now (for the dated caps).
+
+        Returns
+        -------
+        dict
+            Server -> the GPUs taken from it.
+
+        Raises
+        ------
+        LedgerError
+            A GPU is not in the inventory.
+        """
+        async with self._lock:
+            before = {h.server: h for h in self.ledger.holdings()}
+            taken = self.ledger.take_over(holding)
+            now = self.clock()
+            for server, gpus in taken.items():
+                self.usage.append(Usage(before[server].user, len(gpus), before[server].since, now))
+        return taken
+
     async def dispatch(self) -> None:
         """Serve waiting requests from the head of the queue while GPUs are free."""
         async with self._lock:

@@ -8,7 +8,7 @@ A GPU goes free, held, then free again, or quarantined (memory still in use) unt
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 class LedgerError(RuntimeError):
@@ -127,6 +127,41 @@ class GPULedger:
         self.release(holding.server)
         if holding.gpus:
             self._hold(holding)
+
+    def take_over(self, holding: Holding) -> dict[str, tuple[str, ...]]:
+        """Enter ``holding`` as a scheduler's own record has it (Slurm: a job now runs on these
+        GPUs), taking its GPUs from whichever server the ledger still has on them, and out of
+        quarantine. The scheduler never gives a GPU twice, so such a server's job ended and the
+        ledger has not heard yet; it keeps its other GPUs, or is dropped if none are left.
+
+        Returns
+        -------
+        dict
+            Server -> the GPUs taken from it; empty when the GPUs were free.
+
+        Raises
+        ------
+        LedgerError
+            A GPU is not in the inventory. Nothing changes.
+        """
+        unknown = [g for g in holding.gpus if g not in self._inventory]
+        if unknown:
+            raise LedgerError(f"server {holding.server} holds GPUs not in the inventory: {unknown}")
+        taken: dict[str, tuple[str, ...]] = {}
+        for gpu in holding.gpus:
+            other = self._holder.get(gpu)
+            if other is not None and other != holding.server:
+                taken[other] = (*taken.get(other, ()), gpu)
+        for other, gpus in taken.items():
+            old = self._holdings.pop(other)
+            for gpu in gpus:
+                del self._holder[gpu]
+            kept = tuple(g for g in old.gpus if g not in gpus)
+            if kept:
+                self._holdings[other] = replace(old, gpus=kept)
+        self.clear(holding.gpus)
+        self.restore(holding)
+        return taken
 
     def release(self, server: str) -> tuple[str, ...]:
         """Take back every GPU of ``server``; returns them (empty when it held none)."""

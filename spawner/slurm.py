@@ -342,13 +342,25 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
         return self._node_addr or super().state_gethost()
 
     async def _hold(self, job: SlurmJob) -> None:
-        """Put the GPUs Slurm gave ``job`` into the ledger, under this server."""
+        """Put the GPUs Slurm gave ``job`` into the ledger, under this server, as Slurm records
+        them (``scontrol show job -d``'s GRES detail): a server the ledger still has on one of
+        them lost it, its job having ended in Slurm before the hub's poll found out."""
         allocator = await self.gpu_allocator()
         holding = Holding(self.server_key, self.user.name, held_gpus(job), time.time())
         try:
-            allocator.ledger.restore(holding)
+            taken = await allocator.take_over(holding)
         except LedgerError as exc:
             self.log.error("Slurm job %s: %s", job.job_id, exc)
+            taken = {}
+        for other, gpus in taken.items():
+            self.log.warning(
+                "Slurm gave GPU(s) %s to job %s of %s: %s's job no longer holds them (it ended "
+                "before the hub's poll found out)",
+                ", ".join(gpus),
+                job.job_id,
+                self.server_key,
+                other,
+            )
         self._holding = holding
         if holding.gpus:
             self.log.info(

@@ -125,3 +125,16 @@ async def test_light_user_goes_first_among_close_arrivals():
     tasks[0].cancel()
     with pytest.raises(asyncio.CancelledError):
         await tasks[0]
+
+
+async def test_a_gpu_taken_over_by_the_schedulers_record_counts_its_hours_up_to_then():
+    now = [0.0]
+    alloc = GPUAllocator(["GPU-a", "GPU-b"], clock=lambda: now[0])
+    await alloc.acquire("s1/", "s1", 1)
+    now[0] = 1800.0  # half an hour later Slurm has started s5's job on s1's GPU
+    taken = await alloc.take_over(Holding("s5/", "s5", ("GPU-a",), 1800.0))
+    assert taken == {"s1/": ("GPU-a",)}
+    now[0] = 3600.0
+    assert await alloc.release("s1/") == ()  # s1's poll: nothing of s5's is freed
+    assert alloc.ledger.holder("GPU-a") == "s5/"
+    assert alloc.gpu_hours() == {"s1": 0.5, "s5": 0.5}

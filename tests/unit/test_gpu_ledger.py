@@ -83,3 +83,31 @@ def test_restore_after_restart_keeps_holdings_and_refuses_double_grants():
 def test_duplicate_inventory_is_refused():
     with pytest.raises(LedgerError, match="names a GPU twice"):
         GPULedger(["GPU-a", "GPU-a"])
+
+
+def test_a_schedulers_record_takes_a_gpu_from_a_server_whose_job_ended_unseen():
+    """Slurm started s5's job on GPU-a after s1's job was cancelled outside the hub, before the
+    hub's poll of s1: Slurm's record wins, and s1's later release cannot free s5's GPU."""
+    ledger = GPULedger(GPUS)
+    ledger.allocate("s1/", "s1", 2, now=1.0)  # GPU-a, GPU-b
+    ledger.allocate("s2/", "s2", 1, now=2.0)  # GPU-c
+    taken = ledger.take_over(Holding("s5/", "s5", ("GPU-a",), 3.0))
+    assert taken == {"s1/": ("GPU-a",)}
+    assert ledger.holder("GPU-a") == "s5/"
+    assert ledger.holding("s1/").gpus == ("GPU-b",)  # its other GPU it may still hold
+    assert ledger.held_by_user("s1") == 1 and ledger.held_by_user("s5") == 1
+    assert ledger.release("s1/") == ("GPU-b",)  # s1's poll found its job gone
+    assert ledger.holder("GPU-a") == "s5/" and ledger.free() == ["GPU-b"]
+    # the whole of a server's GPUs taken: the server is dropped; a quarantined GPU is cleared
+    ledger.quarantine("GPU-b", "memory in use")
+    assert ledger.take_over(Holding("s6/", "s6", ("GPU-b", "GPU-c"), 4.0)) == {"s2/": ("GPU-c",)}
+    assert ledger.holding("s2/") is None and ledger.quarantined() == {}
+    assert [(h.server, h.gpus) for h in ledger.holdings()] == [
+        ("s5/", ("GPU-a",)),
+        ("s6/", ("GPU-b", "GPU-c")),
+    ]
+    # the same record again changes nothing; an unknown GPU is refused, nothing changes
+    assert ledger.take_over(Holding("s6/", "s6", ("GPU-b", "GPU-c"), 4.0)) == {}
+    with pytest.raises(LedgerError, match=r"not in the inventory: \['GPU-z'\]"):
+        ledger.take_over(Holding("s7/", "s7", ("GPU-a", "GPU-z"), 5.0))
+    assert ledger.holder("GPU-a") == "s5/"

@@ -366,3 +366,63 @@ def test_stop_while_squeue_runs_cancels_the_pending_job(
     finally:
         plain.close()
         slurm_cluster.command("scancel", "--full", "-u", "root")
+
+
+def test_a_gpu_slurm_gives_on_before_the_hubs_poll_stays_with_its_new_job(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The ledger follows Slurm's record. All 4 GPUs busy (3 jobs outside the hub, kim's
+    server); lea waits in Slurm's queue; kim's job is cancelled outside the hub and Slurm starts
+    lea's job on its GPU. The hub's poll of kim comes an hour later here, so lea's start always
+    sees the GPU first (the race an operator hit: the hub then said "held by kim/", released it
+    with kim and showed it free while lea ran on it). Kim's stop must free nothing of lea's."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    state = tmp_path / "state"
+    state.mkdir()
+    plain = PlainHub(
+        state,
+        slurm_config(
+            slurm_cluster,
+            state,
+            "c.ScaleLabSlurmSpawner.profiles = [\n"
+            "    {'slug': 'cpu', 'display_name': 'CPU only', 'default': True},\n"
+            "    {'slug': 'gpu-1', 'display_name': '1 GPU', 'gpus': 1},\n"
+            "]\n"
+            "c.ScaleLabSlurmSpawner.poll_interval = 3600\n",
+        ),
+    )
+    sleeper = ["sbatch", "--parsable", "--gres=gpu:1", "--time=30", "--output=/dev/null"]
+    outside = [slurm_cluster.command(*sleeper, "--wrap", "sleep 600").strip() for _ in range(3)]
+    try:
+        plain.start()
+        assert _ask(plain, "kim", "gpu-1").status_code in (201, 202)
+        kim = _ready(plain, "kim")["state"]
+        [kims_gpu] = kim["scalelab"]["gpus"]
+        assert _ask(plain, "lea", "gpu-1").status_code == 202  # in Slurm's queue
+        progress_events(plain, "lea", lambda e: "position" in e.get("slurm", {}))
+        slurm_cluster.command("scancel", kim["job_id"])  # outside the hub
+        lea = _ready(plain, "lea")["state"]
+        assert lea["scalelab"]["gpus"] == [kims_gpu]  # Slurm gave her kim's GPU
+        log = (state / "hub.log").read_text(errors="replace")
+        assert (
+            f"Slurm gave GPU(s) {kims_gpu} to job {lea['job_id']} of lea/: kim/'s job no longer "
+            "holds them" in log
+        )
+        assert "is held by kim/" not in log
+        holders = {
+            g["uuid"]: g["holder"] for g in plain.api("GET", "/scalelab/gpus").json()["gpus"]
+        }
+        assert {u: h["user"] for u, h in holders.items() if h} == {kims_gpu: "lea"}
+
+        # kim's server is stopped (as the hub's poll would, finding the job gone): lea keeps it
+        assert plain.api("DELETE", "/users/kim/server").status_code in (202, 204)
+        _gone(plain, "kim")
+        board = plain.api("GET", "/scalelab/gpus").json()
+        assert {g["uuid"]: g["holder"]["user"] for g in board["gpus"] if g["holder"]} == {
+            kims_gpu: "lea"
+        }
+        metrics = plain.api("GET", "/../metrics").text
+        assert "scalelab_gpus_allocated 1.0" in metrics
+    finally:
+        plain.close()
+        slurm_cluster.command("scancel", "--full", "-u", "root", *outside)
