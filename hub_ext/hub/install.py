@@ -79,6 +79,7 @@ def configure(c: Config) -> Config:
         starting JupyterHub the problem and its fix are logged instead as one critical line and
         the hub exits with status 1, without a traceback.
     """
+    from scalelab.common.access_log import quiet_service_requests
     from scalelab.hub_ext.hub import gpu_board, gpu_reports, server_logs, spark_gpus
     from scalelab.hub_ext.services.culling import configure_culling
     from scalelab.templates import templates_dir
@@ -113,6 +114,8 @@ def configure(c: Config) -> Config:
             spawner_class.__module__,
             spawner_class.__name__,
         )
+    if app is not None:
+        quiet_service_requests()  # the monitor's and culler's polls at debug level
     global _hub_start_scheduled
     if app is not None and not _hub_start_scheduled:
         from scalelab.hub_ext.hub import server_patch

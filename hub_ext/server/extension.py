@@ -20,6 +20,7 @@ from nbformat.sign import SQLiteSignatureStore
 from tornado.web import HTTPError
 from traitlets.config import Config
 
+from scalelab.common.access_log import quiet_service_requests
 from scalelab.common.atomicfile import write_atomic
 from scalelab.common.diskspace import full_disk_message, is_disk_full
 from scalelab.hub_ext.labs.sync import sync_labs
@@ -37,6 +38,7 @@ def _link_jupyter_server_extension(serverapp: Any) -> None:
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
+    quiet_service_requests()  # the GPU monitor's poll of the kernels at debug level
     store_drive.load(serverapp)
     for manager in home_managers(serverapp.contents_manager):
         manager.register_pre_save_hook(refuse_a_save_without_room)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from traitlets import Bool, Float, Integer, validate
 from traitlets.config import Config
 
+from scalelab.common.access_log import SERVICE_NAMES  # the services configure_culling adds
 from scalelab.common.strictconfig import StrictConfigurable, UnknownSettingError
 
 NONE, WARN, STOP = "none", "warn", "stop"
@@ -255,10 +256,6 @@ MONITOR_SCOPES = [
     "access:servers",
     "proxy",
 ]
-
-
-#: Names of the services (and of their roles) that :func:`configure_culling` adds.
-SERVICE_NAMES = ("scalelab-gpu-monitor", "scalelab-idle-culler")
 
 
 def services(s: ScaleLabCulling) -> tuple[list[dict], list[dict]]:

@@ -44,6 +44,7 @@ def _hub_file(tmp_path: Path, token: str, port: int, recipe: str) -> Path:
         f"c.ConfigurableHTTPProxy.command = {find_proxy()!r}\n"
         f"c.ConfigurableHTTPProxy.api_url = 'http://127.0.0.1:{free_port()}'\n"
         "c.JupyterHub.authenticator_class = 'null'\n"
+        "c.JupyterHub.log_level = 'DEBUG'\n"  # the services' routine calls are debug lines
         f"c.JupyterHub.services = [{{'name': 'tests', 'api_token': {token!r}}}]\n"
         "c.JupyterHub.load_roles = [{'name': 'admin', 'services': ['tests']}]\n" + recipe
     )
@@ -139,4 +140,6 @@ def test_plain_jupyterhub_with_the_guides_recipe_serves_scalelab(tmp_path: Path)
         hub.stdout.close()
     output = "".join(lines)
     assert "no GPU: servers run CPU-only" in output  # the inventory at start (start_with_hub)
+    calls = [line for line in lines if any(c in line for c in callers)]
+    assert calls and all(line.startswith("[D ") for line in calls), calls[:3]
     assert "Traceback" not in output, output

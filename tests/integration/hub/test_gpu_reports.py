@@ -108,3 +108,15 @@ def test_the_board_and_the_idle_warning_read_what_each_server_reports(hub: Scale
     assert foreign.status_code == 403, foreign.text
     assert f"alice/ does not hold GPU(s) {holder['bob']}" in foreign.json()["message"]
     assert _board(hub)[holder["bob"]]["utilization_pct"] == DECLARED[holder["bob"]][0]
+
+    # the monitor polled every 2 s and each server reported every 1 s: none of those routine
+    # calls is a line in the server logs or the hub's (debug level, see scalelab.common.access_log)
+    logs = hub.state_dir / "logs"
+    for log in (logs / "jupyterhub.log", *(logs / "servers" / u / "server.log" for u in holder)):
+        routine = [
+            line
+            for line in log.read_text(errors="replace").splitlines()
+            if line.startswith("[I ")
+            and ("(scalelab-gpu-monitor@" in line or "/gpu-readings" in line)
+        ]  # the refused reports above are warnings, and stay
+        assert routine == [], (log.name, routine[:3])
