@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import html
+import os
 import pwd
+import shutil
 import subprocess
 import sys
 import time
@@ -43,6 +45,7 @@ from scalelab.spawner.slurm_jobs import (
     parse_sacct,
     queue_place,
     sbatch_directives,
+    submission_problem,
 )
 
 #: Keys of one entry of ``slurm_profiles``.
@@ -167,6 +170,28 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
     #: Why the last job ended, in Slurm's words, or None.
     _ended: SlurmJob | None = None
     _node_addr: str = ""
+
+    @classmethod
+    def check_host_settings(cls, settings: dict[str, Any], where: str) -> None:
+        """Check, before the hub starts, that jobs can be submitted as configured
+        (:func:`~scalelab.spawner.slurm_jobs.submission_problem`).
+
+        Raises
+        ------
+        ValueError
+            They cannot; the message names the setting and the fix.
+        """
+        exec_prefix = settings.get("exec_prefix", cls.class_traits()["exec_prefix"].default_value)
+        first = str(exec_prefix).split()[:1]
+        problem = submission_problem(
+            str(exec_prefix),
+            settings.get("args") or [],
+            hub_is_root=os.geteuid() == 0,
+            found=[w for w in first if shutil.which(w)],
+            where=where,
+        )
+        if problem:
+            raise ValueError(problem)
 
     @validate("slurm_profiles")
     def _check_profiles(self, proposal):

@@ -315,3 +315,38 @@ def format_start(start: dt.datetime | None, now: dt.datetime) -> str:
     if minutes < 120:
         return f"at {when} (in about {minutes} min)"
     return f"at {start:%Y-%m-%d %H:%M} (in about {minutes / 60:.1f} h)"
+
+
+def submission_problem(
+    exec_prefix: str,
+    args: Iterable[str],
+    *,
+    hub_is_root: bool,
+    found: Iterable[str],
+    where: str = "c.ScaleLabSlurmSpawner",
+) -> str | None:
+    """What stops the hub from submitting students' jobs as configured, or None (pure).
+
+    ``exec_prefix`` is batchspawner's (``sudo -E -u {username}`` by default); ``args`` the
+    servers' arguments; ``found`` the commands found on the hub's ``PATH`` (of the prefix's
+    first word); ``where`` the settings' section, for the message. Each problem made every
+    student's start fail with HTTP 500: the prefix's command (sudo) not installed; or no prefix
+    on a root hub, so that every job and server is root's, and Jupyter Server refuses to run as
+    root without ``--allow-root``.
+    """
+    words = exec_prefix.split()
+    if words and words[0] not in set(found):
+        return (
+            f"{where}.exec_prefix = {exec_prefix!r} runs {words[0]!r}, which is not "
+            "installed on the hub's host: install it and let the hub's user run Slurm's "
+            "commands as each student (a sudoers rule, see docs/operators-guide.md, Slurm), or "
+            "set exec_prefix = '' to submit every job as the hub's own user"
+        )
+    if not words and hub_is_root and "--allow-root" not in set(args):
+        return (
+            f"{where}.exec_prefix = '' on a hub run as root submits every job as root, and "
+            "Jupyter Server refuses to run as root: keep exec_prefix = 'sudo -E -u {username}' "
+            f"with a cluster account per student (recommended), or add '--allow-root' to "
+            f"{where}.args to run every server as root knowingly"
+        )
+    return None

@@ -89,6 +89,9 @@ def validate_spawner_config(config: Config, spawner_class: type | None = None) -
     if issubclass(spawner_class, LocalProcessSpawner):  # servers on the hub's machine
         check_hadoop_conf_dir(str(settings.get("hadoop_conf_dir") or ""), where)
     check_store_identity(config, settings, where)
+    check_host = getattr(spawner_class, "check_host_settings", None)
+    if check_host is not None:  # a backend's own check of the hub's host (Slurm: sudo)
+        check_host(settings, where)
     try:  # traitlets checks each configured value against its trait's type when it is made
         spawner_class(config=config)
     except TraitError:

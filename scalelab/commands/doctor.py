@@ -253,15 +253,16 @@ def _folder_problem(folder: Path) -> str | None:
     return None
 
 
-def check_homes(home_root: str) -> Check:
+def check_homes(home_root: str, spawner: str = "ScaleLabSpawner") -> Check:
     """The folder of users' homes is writable, or can be created (``scalelab up`` makes its
     state folder's ``homes/``, the spawner makes ``<home_root>/<user>`` with its parents at a
-    first login). Looks only; creates nothing. Never raises."""
+    first login); ``spawner`` names the section of the setting. Looks only; creates nothing.
+    Never raises."""
     if not home_root:
-        return Check("Homes", OK, "system users' homes (c.ScaleLabSpawner.home_root is empty)")
+        return Check("Homes", OK, f"system users' homes (c.{spawner}.home_root is empty)")
     fix = (
         f"Create {home_root} (mkdir -p {shlex.quote(home_root)}) and make it writable by the "
-        "hub's user, or set c.ScaleLabSpawner.home_root."
+        f"hub's user, or set c.{spawner}.home_root."
     )
     home = Path(home_root)
     if os.path.lexists(home):
@@ -620,7 +621,9 @@ class DoctorSettings:
     """What the checks look at, read from the hub's configuration (see :func:`load_settings`).
 
     ``ip`` and ``port`` are the public address; ``ports`` every port the hub will listen on
-    (:func:`hub_ports`; empty: the public one only).
+    (:func:`hub_ports`; empty: the public one only). ``spawner`` names the spawner class whose
+    settings these are; ``slurm``, for a Slurm spawner, the arguments of
+    :func:`~scalelab.commands.doctor_slurm.slurm_checks` but ``env``.
     """
 
     state_dir: str
@@ -636,6 +639,8 @@ class DoctorSettings:
     ports: tuple[HubPort, ...] = ()
     hadoop_conf_dir: str = ""
     kernelspec_path: tuple[str, ...] = ()
+    spawner: str = "ScaleLabSpawner"
+    slurm: dict | None = None
 
 
 def _get(section: Any, key: str, default: Any) -> Any:
@@ -690,7 +695,10 @@ def load_settings(
     operator = load_config_file(config_file) if config_file else None
     if operator is not None:
         c.merge(operator)
-    spawner = c.ScaleLabSpawner
+    spawner_class = _spawner_class(c)
+    from scalelab.spawner.validation import spawner_settings
+
+    spawner = spawner_settings(c, spawner_class)
     return DoctorSettings(
         state_dir=str(state_dir),
         ip=_get(c.JupyterHub, "ip", ip),
@@ -705,7 +713,35 @@ def load_settings(
         ports=hub_ports(c, operator, config_file),
         hadoop_conf_dir=_get(spawner, "hadoop_conf_dir", ""),
         kernelspec_path=tuple(_get(spawner, "kernelspec_path", ())),
+        spawner=spawner_class.__name__,
+        slurm=_slurm_settings(spawner_class, spawner),
     )
+
+
+def _spawner_class(c: Any) -> type:
+    """The configured spawner class; ScaleLab's local one where it cannot be loaded (the
+    configuration check says why)."""
+    from scalelab.hub_ext.hub.config_check import ConfigProblem, spawner_class_of
+    from scalelab.spawner.local import ScaleLabSpawner
+
+    try:
+        return spawner_class_of(c)
+    except ConfigProblem:
+        return ScaleLabSpawner
+
+
+def _slurm_settings(spawner_class: type, spawner: Mapping[str, Any]) -> dict | None:
+    """What the Slurm checks read, for a Slurm spawner; else None."""
+    from scalelab.spawner.slurm import ScaleLabSlurmSpawner
+
+    if not issubclass(spawner_class, ScaleLabSlurmSpawner):
+        return None
+    default = spawner_class.class_traits()["exec_prefix"].default_value
+    return {
+        "exec_prefix": str(_get(spawner, "exec_prefix", default)),
+        "args": list(_get(spawner, "args", [])),
+        "environment": {k: str(v) for k, v in dict(_get(spawner, "environment", {})).items()},
+    }
 
 
 def check_configuration(
@@ -809,6 +845,7 @@ def run_checks(s: DoctorSettings, env: Mapping[str, str] | None = None) -> list[
     none creates or changes a file. Never raises for a broken host."""
     from scalelab.commands.doctor_hadoop import hadoop_checks
     from scalelab.commands.doctor_kernels import check_kernels
+    from scalelab.commands.doctor_slurm import slurm_checks
     from scalelab.commands.up import UpError, find_proxy
 
     env = python_env() if env is None else env
@@ -822,7 +859,8 @@ def run_checks(s: DoctorSettings, env: Mapping[str, str] | None = None) -> list[
         check_store(s.store_url, s.store_options),
         check_kernels(s.kernelspec_path, str(StateFolder(Path(s.state_dir)).kernelspecs)),
         *hadoop_checks(s.store_url, s.store_options, s.spark_master, cluster_env(env, s)),
-        check_homes(s.home_root),
+        *(slurm_checks(**s.slurm, env=env) if s.slurm else []),
+        check_homes(s.home_root, s.spawner),
         check_gpus(s.declared_gpus, s.exclude_gpus),
         check_proxy(proxy),
         *check_ports(

@@ -23,6 +23,7 @@ from scalelab.spawner.slurm_jobs import (
     parse_sacct,
     queue_place,
     sbatch_directives,
+    submission_problem,
 )
 
 DATA = Path(__file__).resolve().parents[1] / "support" / "data" / "slurm"
@@ -136,3 +137,64 @@ def test_pending_reasons_in_words():
     assert explain_reason("Resources") == "the GPUs or CPUs it asks for are in use"
     assert "QOS" in explain_reason("QOSMaxGRESPerUser")
     assert explain_reason("SomethingNew") == ""  # Slurm's own word is shown alone
+
+
+@pytest.mark.parametrize(
+    ("exec_prefix", "args", "root", "found", "problem"),
+    [
+        # the guide's default on a host with sudo, as root or not: fine
+        ("sudo -E -u {username}", [], True, ["sudo"], None),
+        ("sudo -E -u {username}", [], False, ["sudo"], None),
+        # no sudo installed: every start was HTTP 500
+        (
+            "sudo -E -u {username}",
+            [],
+            True,
+            [],
+            "c.ScaleLabSlurmSpawner.exec_prefix = 'sudo -E -u {username}' runs 'sudo', which is "
+            "not installed on the hub's host",
+        ),
+        # jobs as the hub's user: fine unless that user is root without --allow-root
+        ("", [], False, [], None),
+        ("", ["--allow-root", "--debug"], True, [], None),
+        (
+            "",
+            ["--debug"],
+            True,
+            [],
+            "c.ScaleLabSlurmSpawner.exec_prefix = '' on a hub run as root submits every job as "
+            "root, and Jupyter Server refuses to run as root",
+        ),
+        ("  ", [], True, [], "add '--allow-root' to c.ScaleLabSlurmSpawner.args"),
+    ],
+)
+def test_a_submission_that_cannot_work_is_named_before_the_hub_starts(
+    exec_prefix, args, root, found, problem
+):
+    said = submission_problem(exec_prefix, args, hub_is_root=root, found=found)
+    if problem is None:
+        assert said is None
+    else:
+        assert problem in said
+
+
+def test_the_hub_refuses_to_start_on_a_slurm_configuration_that_cannot_submit(monkeypatch):
+    """validate_spawner_config (scalelab.configure(c), scalelab up, scalelab doctor) asks the
+    backend: sudo looked up on the hub's PATH, root from the hub's own uid."""
+    from traitlets.config import Config
+
+    from scalelab.spawner import slurm
+    from scalelab.spawner.validation import validate_spawner_config
+
+    c = Config()
+    monkeypatch.setattr(slurm.shutil, "which", lambda name: None)  # a host without sudo
+    with pytest.raises(ValueError, match=r"exec_prefix = 'sudo -E -u \{username\}' runs 'sudo'"):
+        validate_spawner_config(c, slurm.ScaleLabSlurmSpawner)  # batchspawner's default prefix
+    monkeypatch.setattr(slurm.shutil, "which", lambda name: f"/usr/bin/{name}")
+    validate_spawner_config(c, slurm.ScaleLabSlurmSpawner)
+    c.ScaleLabSlurmSpawner.exec_prefix = ""
+    monkeypatch.setattr(slurm.os, "geteuid", lambda: 0)
+    with pytest.raises(ValueError, match=r"add '--allow-root' to c\.ScaleLabSlurmSpawner\.args"):
+        validate_spawner_config(c, slurm.ScaleLabSlurmSpawner)
+    c.ScaleLabSlurmSpawner.args = ["--allow-root"]
+    validate_spawner_config(c, slurm.ScaleLabSlurmSpawner)

@@ -95,6 +95,8 @@ def test_a_remote_backends_hadoop_conf_dir_is_the_nodes_and_not_checked_here():
 
     c = Config()
     c.ScaleLabSlurmSpawner.hadoop_conf_dir = "/etc/hadoop/conf-on-the-nodes"
+    c.ScaleLabSlurmSpawner.exec_prefix = ""  # jobs as the hub's user (no sudo here)
+    c.ScaleLabSlurmSpawner.args = ["--allow-root"]
     validate_spawner_config(c, ScaleLabSlurmSpawner)
 
 

@@ -7,7 +7,9 @@ docs/screenshot-slurm-pending.png."""
 
 from __future__ import annotations
 
+import re
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,7 @@ import psutil
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
+from scalelab.commands.up import free_port
 from tests.browser.test_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import REPO
 from tests.support.hubproc import PlainHub, progress_events
@@ -426,3 +429,58 @@ def test_a_gpu_slurm_gives_on_before_the_hubs_poll_stays_with_its_new_job(
     finally:
         plain.close()
         slurm_cluster.command("scancel", "--full", "-u", "root", *outside)
+
+
+def _doctor(config: Path, state: Path) -> tuple[int, str]:
+    argv = [sys.executable, "-m", "scalelab", "doctor", "--state-dir", str(state)]
+    result = subprocess.run(
+        [*argv, "--config", str(config), "--port", str(free_port())],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_scalelab_doctor_checks_slurm_on_a_slurm_configuration(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path
+):
+    """The Slurm spawner's own section is read (not c.ScaleLabSpawner's), Slurm's commands and
+    controller are asked, and the way jobs are submitted is checked: on the test cluster's
+    configuration, with the controller's port wrong, and as root without --allow-root."""
+    state = tmp_path / "state"
+    state.mkdir()
+    config = tmp_path / "jupyterhub_config.py"
+    config.write_text(slurm_config(slurm_cluster, state))
+    code, out = _doctor(config, tmp_path / "doctor-state")
+    lines = out.splitlines()
+    assert "[ ok ] Slurm commands: sbatch, squeue, scancel, scontrol, sacct found" in lines, out
+    [controller] = [line for line in lines if "Slurm controller" in line]
+    assert controller.startswith("[ ok ]") and " is UP (SLURM_CONF=" in controller, out
+    assert "[ ok ] Slurm jobs: submitted as the hub's own user" in lines, out
+    assert f"[ ok ] Homes: {state / 'homes'}" in out  # c.ScaleLabSlurmSpawner.home_root
+
+    # the controller's port wrong in the hub's slurm.conf: a failure naming the file and the fix
+    wrong = tmp_path / "slurm-wrong.conf"
+    wrong.write_text(
+        re.sub(r"SlurmctldPort=\d+", f"SlurmctldPort={free_port()}", slurm_cluster.conf.read_text())
+    )
+    broken = slurm_config(slurm_cluster, state).replace(str(slurm_cluster.conf), str(wrong))
+    config.write_text(broken)
+    code, out = _doctor(config, tmp_path / "doctor-state")
+    assert code == 1
+    [controller] = [line for line in out.splitlines() if line.startswith("[FAIL] Slurm contr")]
+    assert controller.startswith(
+        f"[FAIL] Slurm controller: scontrol ping (SLURM_CONF={wrong}): Slurmctld(primary) at "
+    )
+    assert controller.endswith(" is DOWN")  # Slurm's banner after it left out
+    assert "Start slurmctld, or point the hub at the cluster's slurm.conf" in out
+
+    # a root hub submitting without a prefix and without --allow-root: refused, named
+    config.write_text(
+        slurm_config(slurm_cluster, state) + "c.ScaleLabSlurmSpawner.args = ['--debug']\n"
+    )
+    code, out = _doctor(config, tmp_path / "doctor-state")
+    assert code == 1
+    assert (
+        "[FAIL] Slurm jobs: c.ScaleLabSlurmSpawner.exec_prefix = '' on a hub run as root submits "
+        "every job as root" in out
+    )
