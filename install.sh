@@ -94,6 +94,18 @@ install -D -m 644 hub_ext/jupyter-config/scalelab.json \
 install -D -m 644 hub_ext/jupyter-config/lab-overrides.json \
   .venv/share/jupyter/lab/settings/overrides.d/scalelab.json
 install -D -m 644 hub_ext/jupyter-config/page-config.json .venv/etc/jupyter/labconfig/page_config.d/scalelab.json
+# 4b. promtool, which checks and unit-tests the shipped Prometheus alert rules
+#     (scalelab/monitoring/), from Debian's prometheus package: only the one program is unpacked
+#     into the venv (installing the package would also start a Prometheus server).
+if [[ ! -x .venv/bin/promtool ]]; then
+  say "promtool from Debian's prometheus package"
+  promdir=$(mktemp -d)
+  (cd "$promdir" && { apt-get download -q prometheus 2>/dev/null || { as_root apt-get update -q && apt-get download -q prometheus; }; })
+  dpkg-deb --fsys-tarfile "$promdir"/prometheus_*.deb | tar -x -C "$promdir" ./usr/bin/promtool
+  install -m 755 "$promdir/usr/bin/promtool" .venv/bin/promtool
+  rm -rf "$promdir"
+fi
+
 # 5. The HDFS test cluster (hadoop/testcluster: Hadoop's MiniDFSCluster, for the tests marked
 #    `hadoop`): Maven builds its jar and copies the jars it runs on into target/lib/, once (the
 #    first time downloads about 140 MB from Maven Central); tests never download. Without

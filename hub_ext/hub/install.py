@@ -82,6 +82,8 @@ def configure(c: Config) -> Config:
     from scalelab.common.access_log import quiet_service_requests
     from scalelab.hub_ext.hub import gpu_board, gpu_reports, server_logs, spark_gpus
     from scalelab.hub_ext.services.culling import configure_culling
+    from scalelab.spawner.health_metrics import register_health
+    from scalelab.spawner.validation import spawner_settings
     from scalelab.templates import templates_dir
 
     hub = c.JupyterHub
@@ -116,6 +118,7 @@ def configure(c: Config) -> Config:
         )
     if app is not None:
         quiet_service_requests()  # the monitor's and culler's polls at debug level
+        register_health(app, spawner_settings(c, spawner_class))  # store, YARN, memory gauges
     global _hub_start_scheduled
     if app is not None and not _hub_start_scheduled:
         from scalelab.hub_ext.hub import server_patch

@@ -4,6 +4,7 @@ server was given is read from its environment through /proc, and from its spawne
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from tests.support.hubproc import (
     server_environ,
     server_process,
 )
+from tests.unit.test_monitoring import metric_names, served
 
 FAKE = ("GPU-fake-0000", "GPU-fake-0001")
 OPS_PASSWORD = "ops-" + "x" * 40  # an admin of the hub, for the GPU board page
@@ -109,8 +111,17 @@ def test_exclusive_gpus_queue_with_visible_position_and_cancel(queue_hub: ScaleL
         "scalelab_gpus_total 2.0",
         "scalelab_gpus_allocated 2.0",
         "scalelab_gpu_queue_length 1.0",
+        'scalelab_store_reachable{protocol="file"} 1.0',
     ):
         assert series in metrics
+    # every series the shipped alert rules and Grafana dashboard read is served (YARN's only
+    # where Spark runs on YARN), and each running server's memory is there
+    wanted = metric_names() - {"scalelab_yarn_reachable"}
+    assert sorted(n for n in wanted if not served(n, metrics)) == []
+    memory = re.search(
+        r'^scalelab_server_memory_bytes\{server="",user="alice"\} (\S+)$', metrics, re.M
+    )
+    assert memory and float(memory[1]) > 20 * 2**20  # a Jupyter server's tree: tens of MiB
     student = hub.api("POST", "/users/carol/tokens", json={"expires_in": 600}).json()["token"]
     denied = requests.get(
         f"{hub.url}/hub/api/scalelab/gpus",
