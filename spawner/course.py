@@ -12,7 +12,7 @@ import asyncio
 import os
 
 from jupyterhub.spawner import SpawnException
-from traitlets import Dict, List, Type, Unicode, default
+from traitlets import Dict, Integer, List, Type, Unicode, default
 
 from scalelab.kernels.livy import LivySettings, livy_environment
 from scalelab.kernels.spark_defaults import (
@@ -98,6 +98,16 @@ class CourseSpawnerMixin(GPUSpawnerMixin):
         `hdfs-site.xml`, `yarn-site.xml`), given to servers and kernels as HADOOP_CONF_DIR and
         YARN_CONF_DIR: Spark on YARN (`spark_master = "yarn"`) finds the ResourceManager there,
         and `hdfs://` the namenodes. Empty: the servers' environment decides.""",
+    )
+
+    spark_kernel_idle_timeout = Integer(
+        3600,
+        min=0,
+        config=True,
+        help="""Seconds after which an idle PySpark kernel (no cell run, no output) is stopped,
+        with a browser tab open or not, so that its Spark application gives its executors
+        (YARN containers, a standalone cluster's cores) back; the student's next kernel tells
+        them why. Other kernels are never stopped for idleness. 0: never.""",
     )
 
     spark_driver_memory = Unicode(
@@ -255,5 +265,7 @@ class CourseSpawnerMixin(GPUSpawnerMixin):
 
     def get_args(self) -> list[str]:
         """The backend's server arguments, plus ScaleLab's kernel allow-list (the launcher shows
-        ScaleLab's kernels only; the PySpark one is the default)."""
-        return [*super().get_args(), *server_args()]
+        ScaleLab's kernels only; the PySpark one is the default) and the culling of idle
+        PySpark kernels (``spark_kernel_idle_timeout``)."""
+        culling = server_args(spark_kernel_idle_timeout=self.spark_kernel_idle_timeout)
+        return [*super().get_args(), *culling]

@@ -75,7 +75,13 @@ def server_environment(
     return env
 
 
-def server_args(kernel_names: Iterable[str] = KERNEL_NAMES) -> list[str]:
+#: Seconds between two looks for idle kernels (jupyter_server's ``cull_interval``).
+KERNEL_CULL_INTERVAL_S = 60
+
+
+def server_args(
+    kernel_names: Iterable[str] = KERNEL_NAMES, spark_kernel_idle_timeout: int = 0
+) -> list[str]:
     """Command-line arguments ScaleLab adds to ``jupyterhub-singleuser``.
 
     Returns
@@ -83,12 +89,25 @@ def server_args(kernel_names: Iterable[str] = KERNEL_NAMES) -> list[str]:
     list of str
         Restricts the server's kernels to ScaleLab's kernelspecs, so the launcher shows exactly
         "PySpark", "TensorFlow" and "PyTorch" and no other kernel can be started; the first of
-        them is the default kernel.
+        them is the default kernel. With ``spark_kernel_idle_timeout`` (seconds, 0: never), a
+        PySpark kernel idle that long is stopped, open tab or not, and leaves a notice
+        (:class:`~scalelab.hub_ext.server.kernel_culling.ScaleLabKernelManager`); the cull
+        interval is the timeout's half, at most :data:`KERNEL_CULL_INTERVAL_S`.
     """
     names = list(kernel_names)
-    return [
+    args = [
         "--ServerApp.kernel_spec_manager_class="
         "scalelab.kernels.specmanager.CourseKernelSpecManager",
         *(f"--KernelSpecManager.allowed_kernelspecs={name}" for name in names),
         f"--MappingKernelManager.default_kernel_name={names[0]}",
     ]
+    if spark_kernel_idle_timeout > 0:
+        interval = max(1, min(KERNEL_CULL_INTERVAL_S, spark_kernel_idle_timeout // 2))
+        args += [
+            "--ServerApp.kernel_manager_class="
+            "scalelab.hub_ext.server.kernel_culling.ScaleLabKernelManager",
+            f"--ScaleLabKernelManager.cull_idle_timeout={spark_kernel_idle_timeout}",
+            f"--ScaleLabKernelManager.cull_interval={interval}",
+            "--ScaleLabKernelManager.cull_connected=True",
+        ]
+    return args

@@ -68,6 +68,7 @@ CONFIG_CLASSES: tuple[ConfigClass, ...] = (
     ConfigClass("StoreDrive", "scalelab.hub_ext.server.store_drive", "server"),
     ConfigClass("GPUReporter", "scalelab.hub_ext.server.gpu_report", "server"),
     ConfigClass("SparkWarmer", "scalelab.hub_ext.server.spark_warm", "server"),
+    ConfigClass("ScaleLabKernelManager", "scalelab.hub_ext.server.kernel_culling", "server"),
     ConfigClass("DeclaredReadings", "scalelab.common.gpu_source", "server"),
 )
 

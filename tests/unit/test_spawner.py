@@ -69,6 +69,19 @@ def test_server_args_allow_exactly_scalelab_kernels():
         "--KernelSpecManager.allowed_kernelspecs=scalelab-pytorch",
     ]
     assert "--MappingKernelManager.default_kernel_name=scalelab-pyspark" in args
+    assert not [a for a in args if "cull" in a]  # no timeout: no culling
+
+
+def test_idle_pyspark_kernels_are_culled_by_scalelabs_kernel_manager_within_a_minute():
+    culling = server_args(spark_kernel_idle_timeout=3600)[len(server_args()) :]
+    assert culling == [
+        "--ServerApp.kernel_manager_class="
+        "scalelab.hub_ext.server.kernel_culling.ScaleLabKernelManager",
+        "--ScaleLabKernelManager.cull_idle_timeout=3600",
+        "--ScaleLabKernelManager.cull_interval=60",  # looked at every minute
+        "--ScaleLabKernelManager.cull_connected=True",  # an open tab holds no executors
+    ]
+    assert "--ScaleLabKernelManager.cull_interval=1" in server_args(spark_kernel_idle_timeout=3)
 
 
 def test_nvml_without_a_gpu_gives_an_empty_inventory_with_the_reason():
@@ -196,7 +209,8 @@ def test_another_backend_with_the_course_layer_starts_a_course_server():
     assert env["CUDA_VISIBLE_DEVICES"] == ""  # no GPU granted: none visible
     assert env["JUPYTER_PATH"].split(os.pathsep)[0] == "/opt/scalelab/share/jupyter"
     assert "SCALELAB_LOG_DIR" not in env  # a local-process concern
-    assert spawner.get_args()[-len(server_args()) :] == server_args()
+    ours = server_args(spark_kernel_idle_timeout=3600)  # idle PySpark kernels: an hour
+    assert spawner.get_args()[-len(ours) :] == ours
     assert spawner.default_url == "/lab"
 
 

@@ -1,0 +1,89 @@
+"""Idle PySpark kernels stopped by a real single-user server (ScaleLab's kernel manager over
+Jupyter Server's culling), their Spark driver with them, other kernels left alone, and the
+student told why in their next cell. The timeout here is 4 s; a course's is an hour."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import requests
+from jupyter_client import BlockingKernelClient
+
+from scalelab.spawner.environment import server_args
+from tests.integration.spark.test_spark_warm import Server, jvms, result
+
+IDLE_S = 4
+#: The culling's own arguments (the allow-list's are the Server's already).
+CULLING = server_args(spark_kernel_idle_timeout=IDLE_S)[len(server_args()) :]
+
+
+def _start(server: Server, name: str) -> tuple[str, BlockingKernelClient]:
+    reply = requests.post(
+        f"{server.url}/api/kernels", headers=server.auth, json={"name": name}, timeout=60
+    )
+    reply.raise_for_status()
+    kernel_id = reply.json()["id"]
+    client = BlockingKernelClient(connection_file=str(server.runtime / f"kernel-{kernel_id}.json"))
+    client.load_connection_file()
+    client.start_channels()
+    client.wait_for_ready(timeout=120)
+    return kernel_id, client
+
+
+def _printed(client: BlockingKernelClient, code: str) -> str:
+    out: list[str] = []
+
+    def hook(msg: dict) -> None:
+        if msg["msg_type"] == "stream":
+            out.append(msg["content"]["text"])
+
+    client.execute_interactive(code, timeout=120, output_hook=hook)
+    return "".join(out)
+
+
+def test_an_idle_pyspark_kernel_is_stopped_with_its_driver_and_the_student_is_told(
+    tmp_path: Path,
+):
+    assert CULLING == [
+        "--ServerApp.kernel_manager_class="
+        "scalelab.hub_ext.server.kernel_culling.ScaleLabKernelManager",
+        "--ScaleLabKernelManager.cull_idle_timeout=4",
+        "--ScaleLabKernelManager.cull_interval=2",
+        "--ScaleLabKernelManager.cull_connected=True",
+    ]
+    server = Server(tmp_path, "--SparkWarmer.rewarm_delay_s=600", *CULLING)
+    clients = []
+    try:
+        server.warm("ready")
+        spark_id, spark = _start(server, "scalelab-pyspark")
+        clients.append(spark)
+        assert result(spark, "import json\njson.dumps(spark.range(3).count())") == 3
+        driver = result(spark, "import json\njson.dumps(spark.sparkContext._gateway.proc.pid)")
+        assert driver in jvms(server)
+        torch_id, torch = _start(server, "scalelab-pytorch")
+        clients.append(torch)
+        # Both idle now; the PySpark kernel is stopped, its client connected or not.
+        deadline = time.monotonic() + 90
+        while spark_id in {k["id"] for k in server.get("/api/kernels")}:
+            assert time.monotonic() < deadline, server.log.read_text()[-4000:]
+            time.sleep(0.5)
+        time.sleep(3 * IDLE_S)  # idle as long again: the PyTorch kernel stays
+        assert {k["id"] for k in server.get("/api/kernels")} == {torch_id}
+        deadline = time.monotonic() + 60
+        while driver in jvms(server):  # its Spark driver (YARN's containers) went with it
+            assert time.monotonic() < deadline, "the culled kernel's driver JVM lives on"
+            time.sleep(0.5)
+        said = (
+            "ScaleLab: Your pyspark kernel was stopped after 1 minute(s) without activity, to "
+            "give its Spark executors back to the course's cluster. Its variables are gone: run "
+            "the notebook's cells again (Run > Run All Cells)."
+        )
+        printed = _printed(torch, "print('next cell')")  # then the kernel's banner, first cell
+        assert printed.startswith(f"{said}\n") and printed.endswith("next cell\n"), printed
+        assert _printed(torch, "print('again')") == "again\n"  # told once
+        assert "Culling 'idle' kernel 'scalelab-pyspark'" in server.log.read_text()
+    finally:
+        for client in clients:
+            client.stop_channels()
+        server.stop()
