@@ -110,6 +110,24 @@ def parse_failure(text: str) -> dict[str, Any] | None:
     }
 
 
+def start_worker(
+    job: str, result: str, host: str, index: int, env: Mapping[str, str], **popen: Any
+) -> subprocess.Popen:
+    """Start worker ``index`` (``python -m scalelab.kernels.tf_worker``) on ``host``: its stdin
+    takes the endpoints (:data:`PORT_LINE`), its stdout and stderr come as one text stream;
+    ``popen`` goes to :class:`subprocess.Popen` (the task's parent-death signal)."""
+    argv = [sys.executable, "-m", "scalelab.kernels.tf_worker", job, result, host, str(index)]
+    return subprocess.Popen(
+        argv,
+        env=dict(env),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **popen,
+    )
+
+
 def _run_task(payload: bytes, workers: int, threads: int, use_gpu: bool) -> Iterator[Any]:
     """One barrier task: start worker ``partitionId`` as a child, hand it every worker's
     endpoint once all hold their ports, and wait for it."""
@@ -126,16 +144,9 @@ def _run_task(payload: bytes, workers: int, threads: int, use_gpu: bool) -> Iter
         job, result = os.path.join(folder, "job.pkl"), os.path.join(folder, "result.pkl")
         with open(job, "wb") as f:
             f.write(payload)
-        argv = [sys.executable, "-m", "scalelab.kernels.tf_worker", job, result, host, str(index)]
         last: collections.deque[str] = collections.deque(maxlen=LINES_KEPT)
-        with subprocess.Popen(
-            argv,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            preexec_fn=set_parent_death_signal,
+        with start_worker(
+            job, result, host, index, env, preexec_fn=set_parent_death_signal
         ) as child:
             assert child.stdin is not None and child.stdout is not None
             for line in child.stdout:

@@ -13,15 +13,13 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import psutil
 import pytest
 from pyspark import cloudpickle
 
-from scalelab.kernels.tf_distributor import PORT_LINE, worker_environment
+from scalelab.kernels.tf_distributor import PORT_LINE, start_worker, worker_environment
 from tests.integration.spark.test_torch_distributor import _cluster_kernel_env
 from tests.support.kernelrun import Kernel
 
@@ -157,29 +155,13 @@ def test_a_worker_that_fails_is_named_with_its_host_and_last_lines(
 def test_a_worker_holds_its_port_until_its_grpc_server_takes_it(tmp_path: Path):
     """The port a worker announces is bound by the worker until TF_CONFIG arrives, so no other
     process can take it in between (on a busy host TensorFlow's import takes seconds, and a port
-    freed before it ended some runs in "Could not start gRPC server"); one worker then trains."""
+    freed before it can end a run in "Could not start gRPC server"); one worker then trains."""
     job, result = tmp_path / "job.pkl", tmp_path / "result.pkl"
     job.write_bytes(
         cloudpickle.dumps((lambda strategy, n: n * strategy.num_replicas_in_sync, (21,), {}))
     )
     env = worker_environment(dict(os.environ), threads=1)
-    argv = [
-        sys.executable,
-        "-m",
-        "scalelab.kernels.tf_worker",
-        str(job),
-        str(result),
-        "127.0.0.1",
-        "0",
-    ]
-    with subprocess.Popen(
-        argv,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    ) as worker:
+    with start_worker(str(job), str(result), "127.0.0.1", 0, env) as worker:
         assert worker.stdin is not None and worker.stdout is not None
         announced = next(line for line in worker.stdout if line.startswith(PORT_LINE))
         port = int(announced[len(PORT_LINE) :])
