@@ -48,12 +48,14 @@ class ScaleLabKernelManager(AsyncMappingKernelManager):
         own ``metadata.cull_idle_timeout``), for a kernel of ``cull_flavours`` only; a culled
         kernel leaves a notice that says why and what to do."""
         flavour = self.flavour(kernel_id)
-        if flavour not in self.cull_flavours:
+        kernel = self._kernels.get(kernel_id)
+        dead = getattr(kernel, "execution_state", None) == "dead"  # cleared up, as upstream
+        if flavour not in self.cull_flavours and not dead:
             return
         timeout = self._metadata(kernel_id).get("cull_idle_timeout", self.cull_idle_timeout)
         await super().cull_kernel_if_idle(kernel_id)
         notice_file = os.environ.get(envvars.NOTICE_FILE)  # set by the notices' setup
-        if kernel_id not in self and notice_file:
+        if kernel_id not in self and notice_file and not dead:
             minutes = max(1, round(timeout / 60))
             write_notice(
                 notice_file,

@@ -689,6 +689,7 @@ def load_settings(
     """
     from scalelab.commands.up import absolute_store_url
     from scalelab.hub_ext.hub.config_check import load_config_file
+    from scalelab.spawner.validation import spawner_settings
 
     state_dir = state_dir.expanduser().resolve()
     c = _hub_config(state_dir, ip, port, store_url)
@@ -696,8 +697,6 @@ def load_settings(
     if operator is not None:
         c.merge(operator)
     spawner_class = _spawner_class(c)
-    from scalelab.spawner.validation import spawner_settings
-
     spawner = spawner_settings(c, spawner_class)
     return DoctorSettings(
         state_dir=str(state_dir),
