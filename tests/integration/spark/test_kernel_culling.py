@@ -1,6 +1,6 @@
 """Idle PySpark kernels stopped by a real single-user server (ScaleLab's kernel manager over
 Jupyter Server's culling), their Spark driver with them, other kernels left alone, and the
-student told why in their next cell. The timeout here is 4 s; a course's is an hour."""
+student told why in their next cell. The timeout here is 3 s; a course's is an hour."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from jupyter_client import BlockingKernelClient
 from scalelab.spawner.environment import server_args
 from tests.integration.spark.test_spark_warm import Server, jvms, result
 
-IDLE_S = 4
+IDLE_S = 3
 #: The culling's own arguments (the allow-list's are the Server's already).
 CULLING = server_args(spark_kernel_idle_timeout=IDLE_S)[len(server_args()) :]
 
@@ -48,8 +48,8 @@ def test_an_idle_pyspark_kernel_is_stopped_with_its_driver_and_the_student_is_to
     assert CULLING == [
         "--ServerApp.kernel_manager_class="
         "scalelab.hub_ext.server.kernel_culling.ScaleLabKernelManager",
-        "--ScaleLabKernelManager.cull_idle_timeout=4",
-        "--ScaleLabKernelManager.cull_interval=2",
+        "--ScaleLabKernelManager.cull_idle_timeout=3",
+        "--ScaleLabKernelManager.cull_interval=1",
         "--ScaleLabKernelManager.cull_connected=True",
     ]
     server = Server(tmp_path, "--SparkWarmer.rewarm_delay_s=600", *CULLING)
@@ -68,7 +68,7 @@ def test_an_idle_pyspark_kernel_is_stopped_with_its_driver_and_the_student_is_to
         while spark_id in {k["id"] for k in server.get("/api/kernels")}:
             assert time.monotonic() < deadline, server.log.read_text()[-4000:]
             time.sleep(0.5)
-        time.sleep(3 * IDLE_S)  # idle as long again: the PyTorch kernel stays
+        time.sleep(2 * IDLE_S)  # idle twice as long: the PyTorch kernel stays
         assert {k["id"] for k in server.get("/api/kernels")} == {torch_id}
         deadline = time.monotonic() + 60
         while driver in jvms(server):  # its Spark driver (YARN's containers) went with it
