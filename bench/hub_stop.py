@@ -28,9 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._run_info import RunInfo
 from scalelab.commands.up import free_port
-from tests.integration.hub.test_configure import _guide_recipe, _hub, _hub_file
-
-CALLERS = ("(scalelab-gpu-monitor@", "(scalelab-idle-culler@")
+from tests.integration.hub.test_configure import CALLERS, _guide_recipe, _hub, _hub_file
 
 
 def one_stop(folder: Path, background: bool) -> float:

@@ -39,20 +39,22 @@ class ScaleLabKernelManager(AsyncMappingKernelManager):
         except Exception:  # noqa: BLE001 -- a kernel gone meanwhile, or its spec removed
             return {}
 
-    def flavour(self, kernel_id: str) -> str:
-        """The ScaleLab flavour of a running kernel's kernelspec, ``""`` for another kernel."""
-        return str((self._metadata(kernel_id).get("scalelab") or {}).get("flavour") or "")
+    @staticmethod
+    def flavour(metadata: dict) -> str:
+        """The ScaleLab flavour in a kernelspec's ``metadata``, ``""`` for another kernel."""
+        return str((metadata.get("scalelab") or {}).get("flavour") or "")
 
     async def cull_kernel_if_idle(self, kernel_id: str) -> None:
         """Jupyter Server's rule (idle for ``cull_idle_timeout`` seconds, or the kernelspec's
         own ``metadata.cull_idle_timeout``), for a kernel of ``cull_flavours`` only; a culled
         kernel leaves a notice that says why and what to do."""
-        flavour = self.flavour(kernel_id)
+        metadata = self._metadata(kernel_id)
+        flavour = self.flavour(metadata)
         kernel = self._kernels.get(kernel_id)
         dead = getattr(kernel, "execution_state", None) == "dead"  # cleared up, as upstream
         if flavour not in self.cull_flavours and not dead:
             return
-        timeout = self._metadata(kernel_id).get("cull_idle_timeout", self.cull_idle_timeout)
+        timeout = metadata.get("cull_idle_timeout", self.cull_idle_timeout)
         await super().cull_kernel_if_idle(kernel_id)
         notice_file = os.environ.get(envvars.NOTICE_FILE)  # set by the notices' setup
         if kernel_id not in self and notice_file and not dead:

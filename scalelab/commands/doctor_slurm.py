@@ -2,8 +2,8 @@
 
 Slurm's client commands on the hub's ``PATH``, Slurm's controller answering (``scontrol ping``,
 with the ``SLURM_CONF`` the spawner's ``environment`` gives), and the way jobs are submitted
-(:func:`scalelab.spawner.slurm_jobs.submission_problem`: sudo installed, no root servers by
-accident). Each looks only; none submits a job.
+(the hub's own start-up check: sudo installed, no root servers by accident). Each looks
+only; none submits a job.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import subprocess
 from collections.abc import Mapping, Sequence
 
 from scalelab.commands.doctor_report import FAIL, OK, WARN, Check
-from scalelab.spawner.slurm_jobs import submission_problem
 
 #: The commands the spawner runs; ``sacct`` only to tell how a job ended.
 NEEDED = ("sbatch", "squeue", "scancel", "scontrol")
@@ -71,20 +70,18 @@ def check_slurm_controller(env: Mapping[str, str]) -> Check:
     return Check("Slurm controller", OK, f"{said}{where}")
 
 
-def check_submission(exec_prefix: str, args: Sequence[str], env: Mapping[str, str]) -> Check:
-    """Jobs can be submitted as configured: the prefix's command is installed, and a root hub
-    without a prefix runs its servers as root knowingly (``--allow-root``)."""
-    first = exec_prefix.split()[:1]
-    path = env.get("PATH", os.defpath)
-    problem = submission_problem(
-        exec_prefix,
-        args,
-        hub_is_root=os.geteuid() == 0,
-        found=[w for w in first if shutil.which(w, path=path)],
-    )
-    if problem:
-        return Check("Slurm jobs", FAIL, problem, "See docs/operators-guide.md, Slurm.")
-    how = f"as each student ({exec_prefix})" if first else "as the hub's own user"
+def check_submission(exec_prefix: str, args: Sequence[str]) -> Check:
+    """Jobs can be submitted as configured: the hub's own start-up check
+    (``ScaleLabSlurmSpawner.check_host_settings``: the prefix's command is installed, and a root
+    hub without a prefix runs its servers as root knowingly, ``--allow-root``)."""
+    from scalelab.spawner.slurm import ScaleLabSlurmSpawner
+
+    settings = {"exec_prefix": exec_prefix, "args": list(args)}
+    try:
+        ScaleLabSlurmSpawner.check_host_settings(settings, "c.ScaleLabSlurmSpawner")
+    except ValueError as exc:
+        return Check("Slurm jobs", FAIL, str(exc), "See docs/operators-guide.md, Slurm.")
+    how = f"as each student ({exec_prefix})" if exec_prefix.split() else "as the hub's own user"
     return Check("Slurm jobs", OK, f"submitted {how}")
 
 
@@ -97,5 +94,5 @@ def slurm_checks(
     return [
         check_slurm_commands(slurm_env),
         check_slurm_controller(slurm_env),
-        check_submission(exec_prefix, args, slurm_env),
+        check_submission(exec_prefix, args),
     ]

@@ -25,6 +25,8 @@ from scalelab.commands.up import find_proxy, free_port
 from tests.unit.test_configure import ROOT
 
 GUIDE = ROOT / "docs" / "operators-guide.md"
+#: How each of ScaleLab's services shows in the hub's access log once it has called the hub.
+CALLERS = ("(scalelab-gpu-monitor@", "(scalelab-idle-culler@")
 
 
 def _guide_recipe() -> str:
@@ -109,8 +111,7 @@ def test_plain_jupyterhub_with_the_guides_recipe_serves_scalelab(tmp_path: Path)
         deadline = time.monotonic() + 120
         # Both services have called the hub once (a service stopped while it still imports
         # would print a KeyboardInterrupt), and the hub has its route in the proxy.
-        callers = ("(scalelab-gpu-monitor@", "(scalelab-idle-culler@")
-        while not all(any(c in line for line in list(lines)) for c in callers):
+        while not all(any(c in line for line in list(lines)) for c in CALLERS):
             assert hub.poll() is None, "".join(lines)
             assert time.monotonic() < deadline, "the services did not start:\n" + "".join(lines)
             time.sleep(0.5)
@@ -140,6 +141,6 @@ def test_plain_jupyterhub_with_the_guides_recipe_serves_scalelab(tmp_path: Path)
         hub.stdout.close()
     output = "".join(lines)
     assert "no GPU: servers run CPU-only" in output  # the inventory at start (start_with_hub)
-    calls = [line for line in lines if any(c in line for c in callers)]
+    calls = [line for line in lines if any(c in line for c in CALLERS)]
     assert calls and all(line.startswith("[D ") for line in calls), calls[:3]
     assert "Traceback" not in output, output

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import requests
 from jupyter_client import BlockingKernelClient
 
 from scalelab.spawner.environment import server_args
@@ -19,16 +18,8 @@ CULLING = server_args(spark_kernel_idle_timeout=IDLE_S)[len(server_args()) :]
 
 
 def _start(server: Server, name: str) -> tuple[str, BlockingKernelClient]:
-    reply = requests.post(
-        f"{server.url}/api/kernels", headers=server.auth, json={"name": name}, timeout=60
-    )
-    reply.raise_for_status()
-    kernel_id = reply.json()["id"]
-    client = BlockingKernelClient(connection_file=str(server.runtime / f"kernel-{kernel_id}.json"))
-    client.load_connection_file()
-    client.start_channels()
-    client.wait_for_ready(timeout=120)
-    return kernel_id, client
+    client = server.kernel(name=name)
+    return Path(client.connection_file).stem.removeprefix("kernel-"), client
 
 
 def _printed(client: BlockingKernelClient, code: str) -> str:

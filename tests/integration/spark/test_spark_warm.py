@@ -71,12 +71,13 @@ class Server(JupyterServer):
                 return status
             time.sleep(0.5)
 
-    def kernel(self, path: str = "") -> BlockingKernelClient:
-        """A PySpark kernel started through the server's REST API, and a client of it."""
+    def kernel(self, path: str = "", name: str = "scalelab-pyspark") -> BlockingKernelClient:
+        """A kernel (PySpark unless ``name`` says) started through the server's REST API, and a
+        client of it (its connection file is ``kernel-<id>.json``)."""
         reply = requests.post(
             f"{self.url}/api/kernels",
             headers=self.auth,
-            json={"name": "scalelab-pyspark", "path": path},
+            json={"name": name, "path": path},
             timeout=60,
         )
         reply.raise_for_status()
