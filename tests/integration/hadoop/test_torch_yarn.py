@@ -57,13 +57,19 @@ def rank_kernel(
         yield kernel
 
 
+def failure(out: dict) -> str:
+    """A failed cell's whole story: its output, then the explanation and Spark's reason, which
+    sit at the end of a long Java trace (pytest's own repr of ``out`` cuts both off)."""
+    return "\n".join([out["stdout"][-3000:], out["stderr"][-3000:], *out["traceback"]])[-12000:]
+
+
 def test_two_ranks_train_in_two_yarn_containers_on_disjoint_shards(rank_kernel: Kernel):
     shards = rank_kernel.run(SHARDS, timeout_s=300)
     assert shards["error"] is None, shards
     rows, _features = eval(shards["result"])
     assert rank_kernel.run("import json\n" + TRAIN)["error"] is None
     out = rank_kernel.run(WHERE, timeout_s=600)
-    assert out["error"] is None, out
+    assert out["error"] is None, failure(out)
     result = json.loads(out["stdout"].strip().splitlines()[-1])
     containers = result["containers"]
     assert len(set(containers)) == 2, containers  # one rank in each executor's container

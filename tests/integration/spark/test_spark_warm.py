@@ -9,10 +9,12 @@ from __future__ import annotations
 import ast
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 import psutil
+import pytest
 import requests
 from jupyter_client import BlockingKernelClient
 
@@ -81,13 +83,31 @@ class Server(JupyterServer):
             timeout=60,
         )
         reply.raise_for_status()
+        kernel_id = reply.json()["id"]
         client = BlockingKernelClient(
-            connection_file=str(self.runtime / f"kernel-{reply.json()['id']}.json")
+            connection_file=str(self.runtime / f"kernel-{kernel_id}.json")
         )
         client.load_connection_file()
-        client.start_channels()
-        client.wait_for_ready(timeout=120)
-        return client
+        # No heartbeat channel: a client without the kernel's manager judges it dead when one
+        # heartbeat takes over a second (jupyter_client's HBChannel.time_to_dead), which a
+        # kernel still starting on a busy host does. The server that started it knows instead.
+        client.start_channels(hb=False)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                client.wait_for_ready(timeout=5)
+                return client
+            except RuntimeError:  # no kernel_info reply yet
+                model = requests.get(
+                    f"{self.url}/api/kernels/{kernel_id}", headers=self.auth, timeout=30
+                )
+                alive = model.ok and model.json()["execution_state"] != "dead"
+                if not alive or time.monotonic() > deadline:
+                    client.stop_channels()  # open sockets would hang the test process's exit
+                    raise AssertionError(
+                        f"kernel {kernel_id} ({name}) not ready: {model.status_code} "
+                        f"{model.text}\n{self.log.read_text()[-4000:]}"
+                    ) from None
 
 
 def result(client: BlockingKernelClient, code: str) -> object:
@@ -192,6 +212,29 @@ def test_a_warm_driver_nobody_took_ends_with_its_server(tmp_path: Path):
         server.stop()
     _, alive = psutil.wait_procs([jvm], timeout=60)
     assert not alive, "the warm driver's JVM outlived its server"
+
+
+def test_the_harness_waits_for_a_kernel_slow_to_start_and_sees_one_that_dies(tmp_path: Path):
+    """The harness's own regression test (a CI run judged a starting kernel dead after its
+    client's one-second heartbeat): a kernel 4 s slow to answer is waited for; a kernel that
+    exits is reported as not ready, with the server's log."""
+    allowed = [f"--KernelSpecManager.allowed_kernelspecs={name}" for name in ("slow", "dies")]
+    once = "--KernelRestarter.restart_limit=0"  # a dead kernel is not started again
+    server = Server(tmp_path, "--SparkWarmer.enabled=False", once, *allowed)
+    kernels = tmp_path / "share" / "jupyter" / "kernels"
+    launch = f"exec {sys.executable} -m ipykernel_launcher -f {{connection_file}}"
+    for name, command in {"slow": f"sleep 4; {launch}", "dies": "exit 3"}.items():
+        (kernels / name).mkdir()
+        spec = {"argv": ["sh", "-c", command], "display_name": name, "language": "python"}
+        (kernels / name / "kernel.json").write_text(json.dumps(spec))
+    try:
+        slow = server.kernel(name="slow")
+        assert result(slow, "import json\njson.dumps(6 * 7)") == 42
+        slow.stop_channels()
+        with pytest.raises(AssertionError, match=r"\(dies\) not ready"):
+            server.kernel(name="dies")
+    finally:
+        server.stop()
 
 
 def test_a_kernel_in_another_folder_starts_its_own_and_the_next_warm_driver_is_for_there(
