@@ -1,4 +1,5 @@
-"""The ``scalelab`` command: ``up``, ``data fetch``, ``kernels install``, ``doctor``.
+"""The ``scalelab`` command: ``up``, ``data fetch``, ``kernels install``, ``doctor``, ``labs``,
+``end-of-term``.
 
 Errors that a user can fix are printed as one line, ``scalelab: error: ...``, with exit status 2
 (bad usage or configuration) or 1 (a data set could not be fetched, a labs sync stopped);
@@ -104,7 +105,31 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--config", help="your jupyterhub_config.py, as given to scalelab up")
     sub.add_parser("config-reference", help="print the configuration reference (Markdown)")
     _add_labs_parser(sub)
+    _add_end_of_term_parser(sub)
     return parser
+
+
+def _add_end_of_term_parser(sub: argparse._SubParsersAction) -> None:
+    end = sub.add_parser(
+        "end-of-term",
+        help="archive the students' homes and store homes, then remove them, their system "
+        "users and hub users (the hub stopped)",
+    )
+    end.add_argument("--archive", type=Path, required=True, help="folder for the archives")
+    end.add_argument(
+        "--dry-run", action="store_true", help="print what would be done; change nothing"
+    )
+    end.add_argument(
+        "--user",
+        dest="names",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="retire this student only (repeat for more; default: every student)",
+    )
+    end.add_argument("--group", help="retire the students of this JupyterHub group only")
+    end.add_argument("--state-dir", type=Path, help="scalelab up's state folder")
+    end.add_argument("--config", help="your jupyterhub_config.py, as given to the hub")
 
 
 def _add_labs_parser(sub: argparse._SubParsersAction) -> None:
@@ -181,6 +206,33 @@ def _doctor(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot read the configuration: {exc}") from None
     print(format_checks(checks))
     return exit_status(checks)
+
+
+def _end_of_term(args: argparse.Namespace) -> int:
+    from scalelab.commands.doctor import load_settings
+    from scalelab.commands.retire import RetireError, Where, hub_running, run_end_of_term
+    from scalelab.commands.state_files import default_state_dir
+
+    if args.names and args.group:
+        raise UsageError("give --user or --group, not both")
+    state_dir = (args.state_dir or default_state_dir()).expanduser().resolve()
+    try:
+        s = load_settings(state_dir, config_file=args.config)
+    except (OSError, SyntaxError) as exc:
+        raise UsageError(f"cannot read the configuration: {exc}") from None
+    where = Where(s.db_url, s.home_root, s.system_user_prefix, s.store_url, s.store_options)
+    try:
+        return run_end_of_term(
+            where,
+            archive=args.archive.expanduser().resolve(),
+            names=args.names,
+            group=args.group,
+            dry_run=args.dry_run,
+            state_dir=state_dir,
+            running=hub_running(state_dir, s.ip, s.port),
+        )
+    except RetireError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _config_reference(_args: argparse.Namespace) -> int:
@@ -262,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers["labs"] = _labs
     handlers["doctor"] = _doctor
     handlers["config-reference"] = _config_reference
+    handlers["end-of-term"] = _end_of_term
     try:
         return handlers[args.command](args)
     except (UsageError, UpError) as exc:

@@ -510,7 +510,7 @@ def check_port(
     return Check(name, OK, f"{where} is free")
 
 
-def _sqlite_path(db_url: str, state_dir: Path | None) -> Path | None:
+def sqlite_path(db_url: str, state_dir: Path | None) -> Path | None:
     """The file of a ``sqlite://`` database URL (relative ones against ``state_dir``, the
     hub's working folder), None for an in-memory one; raises ValueError for another URL."""
     match = re.match(r"sqlite(?:\+\w+)?://(.*)$", db_url)
@@ -556,7 +556,7 @@ def check_database(db_url: str, state_dir: Path | None = None) -> Check:
 
 def _check_sqlite(db_url: str, state_dir: Path | None, fix: str) -> Check:
     try:
-        path = _sqlite_path(db_url, state_dir)
+        path = sqlite_path(db_url, state_dir)
     except ValueError as exc:
         return Check("Database", FAIL, str(exc), fix)
     if path is None:
@@ -641,6 +641,7 @@ class DoctorSettings:
     kernelspec_path: tuple[str, ...] = ()
     spawner: str = "ScaleLabSpawner"
     slurm: dict | None = None
+    system_user_prefix: str = "jupyter-"
 
 
 def _get(section: Any, key: str, default: Any) -> Any:
@@ -689,6 +690,7 @@ def load_settings(
     """
     from scalelab.commands.up import absolute_store_url
     from scalelab.hub_ext.hub.config_check import load_config_file
+    from scalelab.spawner.system_users import DEFAULT_PREFIX
     from scalelab.spawner.validation import spawner_settings
 
     state_dir = state_dir.expanduser().resolve()
@@ -714,6 +716,7 @@ def load_settings(
         kernelspec_path=tuple(_get(spawner, "kernelspec_path", ())),
         spawner=spawner_class.__name__,
         slurm=_slurm_settings(spawner_class, spawner),
+        system_user_prefix=_get(spawner, "system_user_prefix", DEFAULT_PREFIX),
     )
 
 
