@@ -14,6 +14,8 @@ from pathlib import Path
 
 from scalelab import envvars
 
+#: The student's own log folder, under their home (where no ``SCALELAB_LOG_DIR`` is set).
+STUDENT_LOG_FOLDER = (".scalelab", "logs")
 #: Names of logs that may be served: ``server.log``, ``spark-driver-1234.log``.
 LOG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,120}\.log$")
 
@@ -27,4 +29,4 @@ def log_dir(environ: Mapping[str, str]) -> Path:
     configured = environ.get(envvars.LOG_DIR)
     if configured:
         return Path(configured)
-    return Path(environ.get("HOME") or os.path.expanduser("~")) / ".scalelab" / "logs"
+    return Path(environ.get("HOME") or os.path.expanduser("~")).joinpath(*STUDENT_LOG_FOLDER)

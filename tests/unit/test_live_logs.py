@@ -5,10 +5,12 @@ through a real ``scalelab up`` in ``tests/integration/hub/test_live_logs.py``.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
 
+from scalelab.hub_ext.hub.server_logs import open_student_log, read_lines, student_log_names
 from scalelab.hub_ext.server.logstream import (
     add_server_log_file,
     list_logs,
@@ -56,3 +58,53 @@ def test_server_log_is_teed_once(tmp_path: Path):
         for handler in logger.handlers:
             handler.close()
         logger.handlers.clear()
+
+
+STUDENT_UID = 54321  # no account needed: ownership is all that is compared
+
+
+def _student_home(tmp_path: Path) -> Path:
+    """A home owned by another uid, its ``.scalelab/logs`` with a driver's log."""
+    home = tmp_path / "home"
+    logs = home / ".scalelab" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "spark-driver-77.log").write_text("Submitted application: scalelab-x\n")
+    for path in (home, home / ".scalelab", logs, logs / "spark-driver-77.log"):
+        os.chown(path, STUDENT_UID, STUDENT_UID)
+    return home
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives files to another uid: needs root (CI)")
+def test_the_hub_reads_a_students_own_driver_log_and_nothing_they_plant(tmp_path: Path):
+    home = _student_home(tmp_path)
+    logs = home / ".scalelab" / "logs"
+    secret = tmp_path / "root-only.txt"
+    secret.write_text("root's secret\n")
+    secret.chmod(0o600)
+    (logs / "spark-driver-1.log").symlink_to(secret)  # a link to a file the student cannot read
+    os.link(secret, logs / "spark-driver-2.log")  # a hard link: root's file, root's uid
+    assert student_log_names(str(home)) == ["spark-driver-77.log"]
+    lines, _ = read_lines(lambda: open_student_log(str(home), "spark-driver-77.log"), 0)
+    assert lines == [("Submitted application: scalelab-x", 34)]  # 33 characters and a newline
+    for planted, error in (
+        ("spark-driver-1.log", "Too many levels"),
+        ("spark-driver-2.log", "not a log file"),
+    ):
+        with pytest.raises(OSError, match=error):
+            open_student_log(str(home), planted)
+    # A link on the way to the folder serves nothing either.
+    moved = tmp_path / "elsewhere"
+    (home / ".scalelab").rename(moved)
+    (home / ".scalelab").symlink_to(moved)
+    assert student_log_names(str(home)) == []
+    with pytest.raises(OSError, match=r"Too many levels|Not a directory"):
+        open_student_log(str(home), "spark-driver-77.log")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives files to another uid: needs root (CI)")
+def test_a_log_folder_someone_else_owns_is_not_the_students(tmp_path: Path):
+    home = _student_home(tmp_path)
+    os.chown(home / ".scalelab" / "logs", 0, 0)
+    assert student_log_names(str(home)) == []
+    with pytest.raises(PermissionError, match="is not the student's own"):
+        open_student_log(str(home), "spark-driver-77.log")

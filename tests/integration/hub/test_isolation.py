@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import pwd
 import shutil
 import stat
@@ -224,6 +225,35 @@ async def test_alices_kernel_cannot_reach_bob_or_the_hubs_secrets(hub: ScaleLabU
     assert (state / "homes" / "bob" / "secret.txt").read_text() == SECRET  # nothing changed
     assert not (state / "homes" / "bob" / "planted.py").exists()
     assert (store / "datasets" / "demo" / "part.csv").read_text().startswith("year,loudness")
+
+
+def test_ops_read_alices_driver_log_from_the_hub_and_nothing_bob_plants(hub: ScaleLabUp):
+    """Under system users a Spark driver logs into the student's own ``~/.scalelab/logs`` (the
+    hub's log folder is not theirs to write); the hub's log API serves it to admins (it was
+    404). Alice's driver is the one the kernel test above started (this module's tests run in
+    order, on one worker)."""
+    listed = hub.api("GET", "/scalelab/logfiles/alice")
+    assert listed.status_code == 200, listed.text
+    drivers = [name for name in listed.json()["logs"] if name.startswith("spark-driver-")]
+    assert "server.log" in listed.json()["logs"] and drivers, listed.json()
+    own = hub.state_dir / "homes" / "alice" / ".scalelab" / "logs" / drivers[0]
+    assert own.stat().st_uid == pwd.getpwnam("jupyter-alice").pw_uid  # written by her driver
+    lines = hub.api("GET", "/scalelab/logs/alice", params={"log": drivers[0]})
+    assert lines.status_code == 200, lines.text
+    text = [json.loads(line)["line"] for line in lines.text.splitlines()]
+    assert any("Submitted application: scalelab-" in line for line in text), text[:20]
+    # Bob plants links to the hub's log in his own log folder: the hub serves neither.
+    bob = pwd.getpwnam("jupyter-bob")
+    folder = hub.state_dir / "homes" / "bob" / ".scalelab" / "logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("spark-driver-1.log", "server-copy.log"):
+        (folder / name).symlink_to(hub.state_dir / "logs" / "jupyterhub.log")
+        os.lchown(folder / name, bob.pw_uid, bob.pw_gid)
+    assert not {"spark-driver-1.log", "server-copy.log"} & set(
+        hub.api("GET", "/scalelab/logfiles/bob").json()["logs"]
+    )
+    planted = hub.api("GET", "/scalelab/logs/bob", params={"log": "spark-driver-1.log"})
+    assert planted.status_code == 404 and "JupyterHub" not in planted.text
 
 
 def test_alices_token_opens_neither_bobs_server_nor_his_hub_record(hub: ScaleLabUp):
