@@ -24,6 +24,8 @@ debs+=(python3-venv)
 #    Slurm's accounting (sacct). tests/support/slurmcluster.py starts a two-node cluster of them.
 debs+=(slurm-wlm slurmctld slurmd slurm-client slurmdbd munge)
 debs+=(mariadb-server-core mariadb-client-core)
+#    OpenLDAP's server and tools: the sign-in tests start a directory of their own (no service).
+debs+=(slapd ldap-utils)
 command -v npm >/dev/null || debs+=(nodejs npm)
 #    Maven and a JDK build the HDFS test cluster (hadoop/testcluster), see 5.
 command -v mvn >/dev/null || debs+=(maven)
@@ -63,9 +65,9 @@ make_venv .venv
 stamp=.venv/.scalelab-install-stamp
 want=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
 if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
-  say "pip install -e .[kernels,test,kube] (first time: several minutes)"
+  say "pip install -e .[kernels,test,kube,signin] (first time: several minutes)"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[kernels,test,kube]"
+  .venv/bin/python -m pip install -q -e ".[kernels,test,kube,signin]"
   echo "$want" > "$stamp"
 fi
 

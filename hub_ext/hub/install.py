@@ -57,6 +57,8 @@ def configure(c: Config) -> Config:
       reports (``/hub/api/scalelab/users/<user>/gpu-readings``), the Spark applications'
       executor GPUs (``/hub/api/scalelab/users/<user>/spark-gpus``) and the ops' server-log pages
       (``/hub/scalelab/logs/...``) added to ``c.JupyterHub.extra_handlers``;
+    - with ``c.DirectoryGroups`` set, the directory's groups and admins applied at every login
+      (:func:`configure_directory`);
     - the idle culler and the GPU monitor as hub services, with their roles
       (``c.ScaleLabCulling``, :func:`scalelab.hub_ext.services.culling.configure_culling`);
     - every ScaleLab setting checked, as ``scalelab up`` and ``scalelab doctor`` check it
@@ -101,6 +103,7 @@ def configure(c: Config) -> Config:
     source = getattr(app, "config_file", "") or "your config file"
     try:
         validate_hub_config(c, source)
+        configure_directory(c)  # the directory's groups and admins, at every login
     except ConfigProblem as exc:
         if app is None:
             raise
@@ -128,3 +131,29 @@ def configure(c: Config) -> Config:
         if _hub_start_scheduled:
             server_patch.mount(app)
     return c
+
+
+def configure_directory(c: Config) -> None:
+    """With ``c.DirectoryGroups.group_map`` or ``admin_groups`` set: install the directory's
+    login hook (:func:`scalelab.hub_ext.hub.directory.post_auth_hook`) and
+    ``c.Authenticator.manage_groups = True``: JupyterHub then sets each user's groups at every
+    login (a membership added by hand lasts until the member's next login).
+
+    Raises
+    ------
+    ConfigProblem
+        ``c.Authenticator.post_auth_hook`` is another function.
+    """
+    from scalelab.hub_ext.hub.directory import DirectoryGroups, post_auth_hook
+
+    if not DirectoryGroups(config=c).active:
+        return
+    hook = c.Authenticator.get("post_auth_hook")
+    if hook is not None and hook is not post_auth_hook:
+        raise ConfigProblem(
+            "c.Authenticator.post_auth_hook is set and c.DirectoryGroups too: only one hook runs",
+            "Call scalelab.hub_ext.hub.directory.post_auth_hook(authenticator, handler, "
+            "authentication) at the end of your own hook, and return what it returns.",
+        )
+    c.Authenticator.post_auth_hook = post_auth_hook
+    c.Authenticator.manage_groups = True

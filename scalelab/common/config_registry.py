@@ -64,6 +64,7 @@ CONFIG_CLASSES: tuple[ConfigClass, ...] = (
     ConfigClass("S3KeyFile", "scalelab.spawner.store_identity", "hub"),
     ConfigClass("HDFSUserIdentity", "scalelab.spawner.store_identity", "hub"),
     ConfigClass("ScaleLabCulling", "scalelab.hub_ext.services.culling", "hub"),
+    ConfigClass("DirectoryGroups", "scalelab.hub_ext.hub.directory", "hub"),
     ConfigClass("LivySettings", "scalelab.kernels.livy", "hub"),
     ConfigClass("StoreDrive", "scalelab.hub_ext.server.store_drive", "server"),
     ConfigClass("GPUReporter", "scalelab.hub_ext.server.gpu_report", "server"),
