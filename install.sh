@@ -82,9 +82,10 @@ if [[ ! -f .venv-livy/.scalelab-install-stamp || $(cat .venv-livy/.scalelab-inst
   echo "$livy_req" > .venv-livy/.scalelab-install-stamp
 fi
 
-# 3. configurable-http-proxy, pinned by package-lock.json; linked beside the venv's Python.
+# 3. configurable-http-proxy, pinned by package-lock.json; linked beside the venv's Python. (And
+#    oidc-provider, the OpenID Connect provider the sign-in tests start.)
 if [[ ! -x node_modules/.bin/configurable-http-proxy || package-lock.json -nt node_modules/.package-lock.json ]]; then
-  say "npm ci (configurable-http-proxy)"
+  say "npm ci (configurable-http-proxy, oidc-provider)"
   npm ci --no-audit --no-fund --loglevel=error
 fi
 ln -sf ../../node_modules/.bin/configurable-http-proxy .venv/bin/configurable-http-proxy
