@@ -30,8 +30,8 @@ def cancel_all_jobs(wait_s: float = CANCEL_WAIT_S) -> bool:
     except ImportError:
         return False
     context = SparkContext._active_spark_context
-    if context is None:
-        return False
+    if context is None or getattr(context, "_jsc", None) is None:
+        return False  # none, or one still starting (its start was interrupted): no jobs yet
     done = threading.Event()
 
     def cancel() -> None:

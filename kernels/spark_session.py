@@ -16,16 +16,18 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Callable, Mapping, MutableMapping
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from scalelab import envvars
 from scalelab.common.stderr_lines import Harmless, forward
 from scalelab.kernels import spark_gpu_grant, spark_gpus, spark_yarn
 from scalelab.kernels.spark_defaults import DEFAULT_DRIVER_MEMORY, DEFAULT_SPARK_MASTER, spark_conf
+from scalelab.kernels.yarn_wait import yarn_wait
 
 #: log4j2 configuration of the driver: WARN and above to the console (the kernel's stderr, hence
 #: the server's log) and INFO and above to the driver's log file. Known-harmless warnings are
@@ -248,6 +250,10 @@ def session_conf(
         except FileNotFoundError as exc:
             raise SparkStartError(f"Spark on YARN: {exc}") from exc
     conf.update(ops_conf(environ))
+    if spark_yarn.is_yarn(conf["spark.master"]):  # the kernel finds its application by it
+        conf["spark.yarn.tags"] = spark_yarn.with_kernel_tag(
+            conf.get("spark.yarn.tags", ""), spark_yarn.kernel_tag()
+        )
     own = driver_conf(
         ui_port=free_port(),
         service_prefix=environ.get("JUPYTERHUB_SERVICE_PREFIX", ""),
@@ -380,6 +386,22 @@ def launch_quiet_driver(conf: Mapping[str, str]) -> None:
         SparkContext._ensure_initialized(gateway=gateway)
 
 
+#: Seconds between two looks of a waiting cell at its ``waiting`` watcher.
+WAIT_STEP_S = 1.0
+#: Seconds an interrupted wait gives the cancelled start to end before the cell's prompt returns.
+CANCEL_WAIT_S = 15.0
+
+
+class Waiting(Protocol):
+    """What watches a cell that waits for ``spark`` (:class:`scalelab.kernels.yarn_wait.YarnWait`):
+    ``notice(waited_s)`` tells the student what holds the start, returning True once it did;
+    ``cancel()`` gives the start up when the cell is interrupted, returning what it cancelled."""
+
+    def notice(self, waited_s: float) -> bool: ...
+
+    def cancel(self) -> list[str]: ...
+
+
 class LazySparkSession:
     """Stands for a SparkSession being built in a background thread.
 
@@ -388,16 +410,25 @@ class LazySparkSession:
     built, each access raises :class:`SparkStartError` (the explanation of the cause is printed
     by :mod:`scalelab.kernels.spark_errors`). With ``start=False`` nothing is built until the
     first access (the stand-in for a session the student stopped: see :func:`renew_if_stopped`).
+    With ``waiting``, a cell that waits is told what holds the start, and interrupting it
+    cancels the start (:attr:`cancelled`; the next cell gets a new stand-in).
     """
 
     def __init__(
-        self, factory: Callable[[], Any], name: str = "scalelab-spark-start", start: bool = True
+        self,
+        factory: Callable[[], Any],
+        name: str = "scalelab-spark-start",
+        start: bool = True,
+        waiting: Waiting | None = None,
     ):
         self._future: Future = Future()
         self._factory = factory
         self._name = name
         self._lock = threading.Lock()
         self._started = False
+        self.waiting = waiting
+        self.cancelled = False
+        self._noticed = False
         if start:
             self._start()
 
@@ -432,7 +463,26 @@ class LazySparkSession:
             Not built within ``timeout``.
         """
         self._start()
-        return self._future.result(timeout)
+        if self.waiting is None or timeout is not None:
+            return self._future.result(timeout)
+        began = time.monotonic()
+        try:
+            while True:
+                try:
+                    return self._future.result(WAIT_STEP_S)
+                except TimeoutError:
+                    if self._future.done():
+                        raise  # the start itself failed with a TimeoutError
+                    if not self._noticed:
+                        self._noticed = self.waiting.notice(time.monotonic() - began)
+        except KeyboardInterrupt:
+            if not self._future.done() and self.waiting.cancel():
+                self.cancelled = True
+                try:  # the start ends with the cancelled application: no half-made context
+                    self._future.exception(CANCEL_WAIT_S)
+                except TimeoutError:
+                    pass
+            raise
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -605,7 +655,9 @@ def begin(
             follow_yarn_logs(session, log_dir)
         return session
 
-    lazy = LazySparkSession(factory)
+    # On YARN, a cell waiting for an application the queue has no room for is told why.
+    waiting = yarn_wait(conf, environ) if spark_yarn.is_yarn(conf["spark.master"]) else None
+    lazy = LazySparkSession(factory, waiting=waiting)
     namespace["spark"] = lazy
     namespace["sc"] = LazySparkContext(lazy)
     lookups_wait_for_the_kernels_session(namespace)
@@ -613,10 +665,12 @@ def begin(
         _swap_when_ready(shell, namespace, lazy, environ)
 
         def renew(*_args: Any) -> None:
-            renewed = renew_if_stopped(namespace, factory)
+            cancelled = getattr(namespace.get("spark"), "cancelled", False)
+            renewed = renew_if_stopped(namespace, factory, waiting)
             if renewed is not None:
                 _swap_when_ready(shell, namespace, renewed, environ)
-                print(STOPPED_NOTICE)
+                if not cancelled:  # the cancel said so already
+                    print(STOPPED_NOTICE)
 
         shell.events.register("pre_run_cell", renew)
     return (
@@ -704,8 +758,11 @@ STOPPED_NOTICE = (
 def is_stopped(value: Any) -> bool:
     """Whether ``value`` is a PySpark ``SparkSession`` (or the stand-in of a built one) whose
     SparkContext was stopped (``spark.stop()``, ``sc.stop()``: PySpark then sets its
-    ``_jsc`` to None). Asks nothing of the JVM; False for anything else."""
+    ``_jsc`` to None), or a stand-in whose start was cancelled. Asks nothing of the JVM; False
+    for anything else."""
     if isinstance(value, LazySparkSession):
+        if value.cancelled:
+            return True
         if not value.done() or value._future.exception() is not None:
             return False
         value = value.wait()
@@ -717,7 +774,9 @@ def is_stopped(value: Any) -> bool:
 
 
 def renew_if_stopped(
-    namespace: MutableMapping[str, Any], factory: Callable[[], Any]
+    namespace: MutableMapping[str, Any],
+    factory: Callable[[], Any],
+    waiting: Waiting | None = None,
 ) -> LazySparkSession | None:
     """Put a stand-in that builds a new session at its first use in place of a stopped
     ``spark`` (and of ``sc``, when it is that session's context or a stand-in).
@@ -733,8 +792,11 @@ def renew_if_stopped(
     stopped = namespace.get("spark")
     if not is_stopped(stopped):
         return None
-    session = stopped.wait() if isinstance(stopped, LazySparkSession) else stopped
-    renewed = LazySparkSession(factory, name="scalelab-spark-restart", start=False)
+    if isinstance(stopped, LazySparkSession):
+        session = None if stopped.cancelled else stopped.wait()
+    else:
+        session = stopped
+    renewed = LazySparkSession(factory, name="scalelab-spark-restart", start=False, waiting=waiting)
     namespace["spark"] = renewed
     sc = namespace.get("sc")
     if isinstance(sc, LazySparkContext) or sc is getattr(session, "_sc", None):

@@ -9,6 +9,8 @@ Why: docs/design-notes.md, scalelab.kernels.spark_yarn.
 from __future__ import annotations
 
 import importlib.util
+import os
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -108,6 +110,18 @@ def yarn_environment(environ: Mapping[str, str], home: Path, python: str) -> dic
     return env
 
 
+def kernel_tag(pid: int | None = None) -> str:
+    """This kernel's YARN application tag (``spark.yarn.tags``; YARN keeps tags in lower case):
+    ``scalelab-kernel-<host>-<pid>``, by which the kernel finds its own application."""
+    host = socket.gethostname().lower()[:60]
+    return f"scalelab-kernel-{host}-{os.getpid() if pid is None else pid}"
+
+
+def with_kernel_tag(tags: str, tag: str) -> str:
+    """``spark.yarn.tags`` with ``tag`` added to those ops set (pure)."""
+    return ",".join([*(t for t in tags.split(",") if t.strip() and t != tag), tag])
+
+
 def missing_conf_dir(environ: Mapping[str, str]) -> str | None:
     """Why Spark cannot find the YARN cluster from ``environ``, with the fix; None when
     ``HADOOP_CONF_DIR`` or ``YARN_CONF_DIR`` names a folder holding ``yarn-site.xml``."""
@@ -152,6 +166,21 @@ def resourcemanager_addresses(conf: Mapping[str, str]) -> list[tuple[str, int]]:
         elif host:
             found.append((host, RM_PORT))
     return found
+
+
+#: Hadoop's default port of the ResourceManager's web UI and REST API.
+RM_WEB_PORT = 8088
+
+
+def resourcemanager_web_address(conf: Mapping[str, str]) -> str | None:
+    """The ResourceManager's web ``host:port`` from yarn-site.xml (pure):
+    ``yarn.resourcemanager.webapp.address``, else ``yarn.resourcemanager.hostname`` with
+    Hadoop's default port 8088; None when neither is set."""
+    address = conf.get("yarn.resourcemanager.webapp.address", "").strip()
+    if address and not address.startswith("${"):
+        return address
+    host = conf.get("yarn.resourcemanager.hostname", "").strip()
+    return f"{host}:{RM_WEB_PORT}" if host else None
 
 
 def unreachable_resourcemanager(

@@ -48,3 +48,6 @@ NOTICE_FILE = "SCALELAB_NOTICE_FILE"
 KERBEROS_PRINCIPAL = "SCALELAB_KERBEROS_PRINCIPAL"
 #: The keytab of that principal (a path readable by the student's server), for the same message.
 KERBEROS_KEYTAB = "SCALELAB_KERBEROS_KEYTAB"
+#: Seconds a cell waits for a Spark application YARN keeps waiting (ACCEPTED) before the kernel
+#: says what holds the queue; default 15. Set by ops (``c.Spawner.environment``).
+YARN_WAIT_NOTICE_S = "SCALELAB_YARN_WAIT_NOTICE_S"

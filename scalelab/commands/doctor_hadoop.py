@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from scalelab.commands.doctor_report import FAIL, OK, WARN, Check
+from scalelab.kernels.spark_yarn import resourcemanager_web_address
 from scalelab.store import protocols
 from scalelab.store.access.hdfs import (
     HdfsTarget,
@@ -34,7 +35,6 @@ PROBE_TIMEOUT_S = 5.0
 #: Hadoop's client configuration files read here, later ones winning.
 CLUSTER_FILES = ("core-site.xml", "hdfs-site.xml", "yarn-site.xml")
 #: The ResourceManager's web port when yarn-site.xml names only its host (Hadoop's default).
-RM_WEB_PORT = 8088
 
 
 def conf_dir_of(env: Mapping[str, str]) -> str | None:
@@ -224,17 +224,6 @@ def check_ticket(env: Mapping[str, str]) -> Check:
 
 
 # -- YARN ------------------------------------------------------------------------------------
-
-
-def resourcemanager_web_address(conf: Mapping[str, str]) -> str | None:
-    """The ResourceManager's web ``host:port`` from yarn-site.xml (pure):
-    ``yarn.resourcemanager.webapp.address``, else ``yarn.resourcemanager.hostname`` with
-    Hadoop's default port 8088; None when neither is set."""
-    address = conf.get("yarn.resourcemanager.webapp.address", "").strip()
-    if address and not address.startswith("${"):
-        return address
-    host = conf.get("yarn.resourcemanager.hostname", "").strip()
-    return f"{host}:{RM_WEB_PORT}" if host else None
 
 
 def check_resourcemanager(

@@ -16,10 +16,10 @@ from scalelab.commands.doctor_hadoop import (
     check_ticket,
     hadoop_checks,
     namenode_http_addresses,
-    resourcemanager_web_address,
 )
 from scalelab.commands.doctor_report import FAIL
 from scalelab.commands.up import free_port
+from scalelab.kernels.spark_yarn import resourcemanager_web_address
 from scalelab.store.access.hdfs import resolve_hdfs
 
 HA_CONF = {
