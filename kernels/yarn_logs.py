@@ -91,6 +91,8 @@ class ContainerLogMirror:
         self.folder = folder
         self.running = running
         self.copied: dict[str, int] = {}  # container id -> bytes copied
+        self.seen: dict[str, str] = {}  # container id -> its NodeManager, while it ran
+        self.ended: set[str] = set()  # containers gone from the list, read to their end
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="scalelab-yarn-logs", daemon=True)
 
@@ -123,16 +125,26 @@ class ContainerLogMirror:
                 continue
 
     def look(self, get_json: Callable[[str], Any], get_text: Callable[[str], bytes]) -> None:
-        """One look: append each container's new log bytes to its copy."""
-        for container in containers(self.rm_web, self.application, get_json):
+        """One look: append each container's new log bytes to its copy. A container gone from
+        the ResourceManager's list since the last look (finished, or killed: its last lines
+        written after that look) is read once more from its NodeManager, which keeps a running
+        application's logs, so its copy ends where its log ended."""
+        now = {c["id"]: c["node"] for c in containers(self.rm_web, self.application, get_json)}
+        gone = {cid: node for cid, node in self.seen.items() if cid not in now}
+        self.seen.update(now)
+        for cid, node in [*now.items(), *gone.items()]:
+            if cid in self.ended:
+                continue
             try:
-                text = log_contents(get_text(container_log_url(container["node"], container["id"])))
+                text = log_contents(get_text(container_log_url(node, cid)))
             except Exception:  # noqa: BLE001 -- not started yet, or its NodeManager is gone
                 continue
-            done = self.copied.get(container["id"], 0)
+            if cid in gone:
+                self.ended.add(cid)
+            done = self.copied.get(cid, 0)
             if len(text) <= done:
                 continue
             self.folder.mkdir(parents=True, exist_ok=True)
-            with (self.folder / log_name(container["id"])).open("ab") as copy:
+            with (self.folder / log_name(cid)).open("ab") as copy:
                 copy.write(text[done:])
-            self.copied[container["id"]] = len(text)
+            self.copied[cid] = len(text)

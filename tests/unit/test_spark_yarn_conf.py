@@ -257,6 +257,15 @@ def test_container_logs_are_found_through_the_resourcemanager_and_copied_once(tm
     mirror.look(answers.__getitem__, logs.__getitem__)
     mirror.look(answers.__getitem__, logs.__getitem__)
     assert (tmp_path / log_name(cid)).read_text() == "line 1\nline 2\n"
+    # Killed between two looks: gone from the list, its last lines read from its NodeManager.
+    logs[url] = answer(b"line 1\nline 2\nRECEIVED SIGNAL TERM\n")
+    listing = f"http://{rm}/ws/v1/cluster/apps/{app}/appattempts/{attempt}/containers"
+    answers[listing] = {"container": []}
+    mirror.look(answers.__getitem__, logs.__getitem__)
+    assert (tmp_path / log_name(cid)).read_text().endswith("line 2\nRECEIVED SIGNAL TERM\n")
+    asked: list[str] = []
+    mirror.look(answers.__getitem__, lambda log_url: asked.append(log_url) or logs[log_url])
+    assert asked == []  # read to its end once: never asked again
 
 
 def _rm_at(port: int) -> dict[str, str]:

@@ -166,6 +166,8 @@ def test_the_executors_logs_reach_the_servers_log_view_while_the_application_run
 HOG_CELL = f"""
 def hog(rows):
     import time
+    import sys
+    print("scalelab-hog-starts", file=sys.stderr, flush=True)
     block = bytearray(b"x") * ({HOG_MIB} * 2**20)  # every page touched: resident
     time.sleep(600)  # held until YARN's NodeManager measures and kills the container
     yield len(block)
@@ -196,6 +198,16 @@ def test_an_executor_killed_by_yarn_for_memory_is_explained_with_the_settings_th
     assert "spark.driver.memory" not in settings  # the driver's heap is not the problem
     assert "896" in explanation  # the container's size, 512 MiB heap + 384 MiB overhead
     (tmp_path / "yarn-killed-message.txt").write_text(message)  # kept for a failed run's eyes
+    # The killed executor's copy of its log goes on to its last lines, written as YARN killed
+    # it (its JVM's SIGTERM), after the mirror's last look at the running container.
+    folder = Path(yarn_kernel.env["SCALELAB_LOG_DIR"])
+    deadline, tail = time.monotonic() + 30, ""
+    while "RECEIVED SIGNAL TERM" not in tail and time.monotonic() < deadline:
+        time.sleep(1)
+        copies = [p.read_text(errors="replace") for p in folder.glob("yarn-container_*.log")]
+        hog = [text for text in copies if "scalelab-hog-starts" in text]
+        tail = hog[0].split("scalelab-hog-starts", 1)[1] if hog else ""
+    assert "RECEIVED SIGNAL TERM" in tail, tail[-2000:]
     # The driver lives on: only the executor's container was killed.
     again = yarn_kernel.run("spark.range(100).count()", timeout_s=240)
     assert again["result"] == "100", again
