@@ -192,16 +192,23 @@ def retire_one(
         A step failed; what came before it stays (an archive without removal, never a
         removal without an archive).
     """
-    folder = archive / r.user
-    folder.mkdir(mode=0o700)
-    manifest: dict[str, Any] = {"user": r.user, "system_user": r.system_user, "kept": r.kept}
-    if r.home and Path(r.home).is_dir():
-        manifest["home"] = archive_home(Path(r.home), folder / "home.tar.gz")
-    manifest["store_home"] = archive_store_home(fs, r.store_home, folder / "store-home.tar.gz")
-    manifest["archived_at"] = datetime.datetime.now(datetime.UTC).isoformat()
-    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    for written in folder.iterdir():
-        written.chmod(0o600)  # the students' work: root's alone, as the folder
+    # Written beside, then renamed: a failed archive leaves no <archive>/<user> to skip later.
+    partial = archive / f".{r.user}.partial"
+    shutil.rmtree(partial, ignore_errors=True)  # a run stopped half-way before
+    partial.mkdir(mode=0o700)
+    try:
+        manifest: dict[str, Any] = {"user": r.user, "system_user": r.system_user, "kept": r.kept}
+        if r.home and Path(r.home).is_dir():
+            manifest["home"] = archive_home(Path(r.home), partial / "home.tar.gz")
+        manifest["store_home"] = archive_store_home(fs, r.store_home, partial / "store-home.tar.gz")
+        manifest["archived_at"] = datetime.datetime.now(datetime.UTC).isoformat()
+        (partial / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        for written in partial.iterdir():
+            written.chmod(0o600)  # the students' work: root's alone, as the folder
+        partial.rename(archive / r.user)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     try:
         if fs.exists(r.store_home):
             fs.rm(r.store_home, recursive=True)

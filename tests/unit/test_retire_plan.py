@@ -85,3 +85,35 @@ def test_an_account_scalelab_did_not_make_is_archived_and_kept_with_its_home():
         "no home on this host",
     )
     assert nothing.store_home == "home/ghost"
+
+
+class BrokenStore:
+    """A store whose file cannot be read (an fsspec back end's own error)."""
+
+    def exists(self, _path: str) -> bool:
+        return True
+
+    def find(self, path: str) -> list[str]:
+        return [f"{path}/runs/metrics.csv"]
+
+    def size(self, _path: str) -> int:
+        return 10
+
+    def open(self, _path: str, _mode: str):
+        raise ConnectionError("[Errno 111] Connection refused")
+
+
+def test_a_failed_archive_keeps_everything_and_leaves_no_archive_to_skip(tmp_path):
+    from scalelab.commands.retire import RetireError, retire_one
+
+    home = tmp_path / "homes" / "amy"
+    home.mkdir(parents=True)
+    (home / "lab1.ipynb").write_text("{}")
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    deleted: list[str] = []
+    plan = Retirement("amy", str(home), True, None, "home/amy")
+    with pytest.raises(RetireError, match=r"archiving the store's home/amy failed: .*refused"):
+        retire_one(plan, fs=BrokenStore(), archive=archive, delete_hub_user=deleted.append)
+    assert (home / "lab1.ipynb").read_text() == "{}" and deleted == []
+    assert list(archive.iterdir()) == []  # no amy/ (a rerun would skip it), no partial copy
