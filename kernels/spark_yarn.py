@@ -119,7 +119,8 @@ def kernel_tag(pid: int | None = None) -> str:
 
 def with_kernel_tag(tags: str, tag: str) -> str:
     """``spark.yarn.tags`` with ``tag`` added to those ops set (pure)."""
-    return ",".join([*(t for t in tags.split(",") if t.strip() and t != tag), tag])
+    kept = [t.strip() for t in tags.split(",")]
+    return ",".join([*(t for t in kept if t and t != tag), tag])
 
 
 def missing_conf_dir(environ: Mapping[str, str]) -> str | None:

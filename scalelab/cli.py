@@ -212,6 +212,7 @@ def _end_of_term(args: argparse.Namespace) -> int:
     from scalelab.commands.doctor import load_settings
     from scalelab.commands.retire import RetireError, Where, hub_running, run_end_of_term
     from scalelab.commands.state_files import default_state_dir
+    from scalelab.hub_ext.hub.config_check import ConfigProblem
 
     if args.names and args.group:
         raise UsageError("give --user or --group, not both")
@@ -220,6 +221,8 @@ def _end_of_term(args: argparse.Namespace) -> int:
         s = load_settings(state_dir, config_file=args.config)
     except (OSError, SyntaxError) as exc:
         raise UsageError(f"cannot read the configuration: {exc}") from None
+    except ConfigProblem as exc:
+        raise UsageError(f"{exc.message}. {exc.fix} (nothing was changed)") from None
     where = Where(s.db_url, s.home_root, s.system_user_prefix, s.store_url, s.store_options)
     try:
         return run_end_of_term(

@@ -49,7 +49,7 @@ def test_the_report_names_the_students_own_applications_and_counts_the_others():
 def test_the_kernel_tag_is_added_to_the_tags_ops_set():
     assert TAG.startswith("scalelab-kernel-") and TAG.endswith("-4242") and TAG == TAG.lower()
     assert with_kernel_tag("", TAG) == TAG
-    assert with_kernel_tag("course,  ,team-a", TAG) == f"course,team-a,{TAG}"
+    assert with_kernel_tag("course,  , team-a", TAG) == f"course,team-a,{TAG}"
     assert with_kernel_tag(f"{TAG},course", TAG) == f"course,{TAG}"
 
 
