@@ -306,6 +306,16 @@ def prepare_driver_environment(conf: Mapping[str, str]) -> None:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
+def ui_start_race(text: str) -> bool:
+    """Whether a driver's failed start is Spark's own race on YARN (pure): the application
+    master's web-UI filter is added while the driver attaches its UI's handlers, and Jetty's
+    ``ServletHandler`` throws ``ConcurrentModificationException``. Seen on a busy CI host;
+    another start does not meet it."""
+    return "ConcurrentModificationException" in text and (
+        "ServletHandler" in text or "attachAllHandlers" in text
+    )
+
+
 def build_session(conf: Mapping[str, str]) -> Any:
     """Create a SparkSession with ``conf`` (blocking: starts the JVM).
 
@@ -317,7 +327,8 @@ def build_session(conf: Mapping[str, str]) -> Any:
     ------
     SparkStartError
         Whatever PySpark raised when the JVM could not start (Java missing, a bad setting),
-        as ``__cause__``.
+        as ``__cause__``. A start that met Spark's UI race (:func:`ui_start_race`) is tried
+        once more first.
     """
     prepare_driver_environment(conf)
     try:
@@ -327,7 +338,13 @@ def build_session(conf: Mapping[str, str]) -> Any:
         builder = SparkSession.builder
         for key, value in conf.items():
             builder = builder.config(key, value)
-        session = builder.getOrCreate()
+        try:
+            session = builder.getOrCreate()
+        except Exception as exc:  # Py4J's error: read below
+            if not ui_start_race(str(exc)):
+                raise
+            # The failed start stopped its context (and its YARN application): once more.
+            session = builder.getOrCreate()
         if "log4j2.configurationFile" not in conf.get("spark.driver.extraJavaOptions", ""):
             # Spark's own log4j2 defaults: keep the notebook quiet. (Ours already send only
             # WARN to the console, and INFO to the driver's log file.)

@@ -145,11 +145,14 @@ class YarnWait:
     def notice(self, waited_s: float) -> bool:
         """Called while a cell waits for ``spark``: after :attr:`notice_after_s` seconds, print
         what holds this kernel's waiting application; True once printed. A ResourceManager
-        that does not answer, or no waiting application (not submitted yet), prints nothing."""
+        that does not answer, no application yet, or one whose application master has its
+        container (starting, not waiting for room) prints nothing."""
         if waited_s < self.notice_after_s:
             return False
         try:
-            waiting = self.waiting()
+            # Only an application that holds nothing waits for room: one whose application
+            # master has its container is starting (slowly, on a busy cluster), not queued.
+            waiting = [a for a in self.waiting() if not _mb(a.get("allocatedMB"))]
             if not waiting:
                 return False
             answer = self.get_json(f"{self.base}/apps?states=RUNNING,ACCEPTED")

@@ -9,7 +9,12 @@ import threading
 import pytest
 
 from scalelab.kernels import spark_session
-from scalelab.kernels.spark_session import LazySparkSession, is_stopped, renew_if_stopped
+from scalelab.kernels.spark_session import (
+    LazySparkSession,
+    is_stopped,
+    renew_if_stopped,
+    ui_start_race,
+)
 from scalelab.kernels.spark_yarn import kernel_tag, with_kernel_tag
 from scalelab.kernels.yarn_wait import YarnWait, wait_report
 
@@ -81,6 +86,11 @@ def test_the_notice_waits_its_time_and_tells_of_this_kernels_application_only():
     assert "others: 1 application(s)" in printed[0]  # bob's; the waiting one holds nothing
     rm.pending = []
     assert wait.notice(30) is False  # started meanwhile: nothing to say
+    # Its application master has a container: starting slowly on a busy cluster, not queued.
+    rm.pending = [{**WAITING, "allocatedMB": 768, "diagnostics": "AM container is launched, "
+                   "waiting for AM container to Register with RM"}]  # fmt: skip
+    fresh = YarnWait("rm:8088", "scalelab-amy", TAG, 15, rm.get, rm.put, printed.append)
+    assert fresh.notice(40) is False and len(printed) == 1
     down = YarnWait("rm:8088", "scalelab-amy", TAG, 0, _refused, rm.put, printed.append)
     assert down.notice(99) is False and len(printed) == 1
 
@@ -145,3 +155,18 @@ def test_a_start_that_ends_in_time_is_never_noticed_nor_cancelled(monkeypatch):
     lazy = LazySparkSession(lambda: "session", waiting=watcher)
     assert lazy.wait() == "session" and watcher.cancels == 0 and not lazy.cancelled
     assert not is_stopped(lazy)
+
+
+def test_sparks_ui_race_on_yarn_is_recognised_and_nothing_else():
+    """The error a CI run met (Spark 4.3 on YARN, the test cluster), first lines as Py4J gives
+    them: it is tried once more; other failed starts are not."""
+    met = (
+        "An error occurred while calling None.org.apache.spark.api.java.JavaSparkContext.\n"
+        ": java.util.ConcurrentModificationException\n"
+        "\tat java.base/java.util.ArrayList$ArrayListSpliterator.forEachRemaining(...)\n"
+        "\tat org.sparkproject.jetty.ee10.servlet.ServletHandler.initialize(...)\n"
+        "\tat org.apache.spark.ui.SparkUI.attachAllHandlers(SparkUI.scala:82)\n"
+    )
+    assert ui_start_race(met)
+    assert not ui_start_race("java.util.ConcurrentModificationException\n\tat HashMap.forEach")
+    assert not ui_start_race("Yarn application has already ended! It might have been killed")
