@@ -435,8 +435,14 @@ def get_as(hub: ScaleLabUp, user: str, password: str, path: str, **kwargs) -> re
     """GET ``path`` (``/hub/...``, ``/user/...``) as ``user``, logged in through the hub's login
     form as a browser is (cookies, not a token). The session is closed before returning."""
     with requests.Session() as session:
-        session.get(f"{hub.url}/hub/login", timeout=30)
-        form = {"username": user, "password": password, "_xsrf": session.cookies.get("_xsrf")}
-        login = session.post(f"{hub.url}/hub/login", data=form, timeout=30, allow_redirects=False)
+        login = form_login(session, hub.url, user, password)
         assert login.status_code == 302, login.text
         return session.get(f"{hub.url}{path}", timeout=60, **kwargs)
+
+
+def form_login(session: requests.Session, url: str, user: str, password: str) -> requests.Response:
+    """Post the hub's login form at ``url`` as a browser does (its ``_xsrf`` cookie first);
+    the hub's answer, a 302 when signed in."""
+    session.get(f"{url}/hub/login", timeout=30)
+    form = {"username": user, "password": password, "_xsrf": session.cookies.get("_xsrf")}
+    return session.post(f"{url}/hub/login", data=form, timeout=60, allow_redirects=False)

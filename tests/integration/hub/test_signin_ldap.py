@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from tests.support.hubproc import TWO_FAKE_GPUS, PlainHub
+from tests.support.hubproc import TWO_FAKE_GPUS, PlainHub, form_login
 from tests.support.ldapserver import Directory, group_dn
 
 PEOPLE = {"ada": "ada-pw-1", "bo": "bo-pw-2", "cy": "cy-pw-3"}
@@ -53,9 +53,7 @@ def course(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PlainHub,
 
 def login(hub: PlainHub, user: str, password: str) -> requests.Response:
     with requests.Session() as session:
-        session.get(f"{hub.url}/hub/login", timeout=30)
-        form = {"username": user, "password": password, "_xsrf": session.cookies.get("_xsrf")}
-        return session.post(f"{hub.url}/hub/login", data=form, timeout=60, allow_redirects=False)
+        return form_login(session, hub.url, user, password)
 
 
 def test_the_directorys_people_sign_in_with_their_groups_and_admins(course):
