@@ -59,7 +59,6 @@ import json
 import math
 import os
 import pickle
-import socket
 import statistics
 import sys
 import tempfile
@@ -75,6 +74,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._run_info import RunInfo, load_avg
+from scalelab.common.ports import free_port
 from scalelab.hub_ext.labs.release import MARKERS
 from scalelab.kernels.spark_session import build_session, session_conf
 from scalelab.store import DATASETS, fetch_dataset, open_store
@@ -302,9 +302,7 @@ def ranks_without_spark(workers: int, model: torch.nn.Module, train_args: tuple)
 
     context = mp.get_context("spawn")
     answers = context.SimpleQueue()
-    with socket.socket() as probe:  # a free port for the process group's rendezvous
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # for the process group's rendezvous
     model_bytes = pickle.dumps(model)
     ranks = [
         context.Process(

@@ -62,7 +62,8 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._run_info import RunInfo, vm_hwm
-from scalelab.commands.up import find_proxy, free_port
+from scalelab.commands.up import find_proxy
+from scalelab.common.ports import free_port
 from tests.support.hubproc import PlainHub  # the same harness as the integration tests
 
 TINY = """

@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._run_info import RunInfo
-from scalelab.commands.up import free_port
+from scalelab.common.ports import free_port
 from tests.integration.hub.test_configure import CALLERS, _guide_recipe, _hub, _hub_file
 
 

@@ -12,7 +12,6 @@ import html
 import json
 import os
 import re
-import socket
 import sys
 import tempfile
 import threading
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from scalelab import envvars
+from scalelab.common.ports import free_port
 from scalelab.common.stderr_lines import Harmless, forward
 from scalelab.kernels import spark_gpu_grant, spark_gpus, spark_yarn
 from scalelab.kernels.spark_defaults import DEFAULT_DRIVER_MEMORY, DEFAULT_SPARK_MASTER, spark_conf
@@ -110,13 +110,6 @@ logger.yarnendpoint.appenderRef.file.ref = file
 
 class SparkStartError(RuntimeError):
     """The kernel's SparkSession could not be created; ``__cause__`` is PySpark's own error."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` now (the OS picks it), for ``spark.ui.port``."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def driver_conf(

@@ -21,6 +21,7 @@ from jupyterhub.spawner import LocalProcessSpawner, SpawnException
 from traitlets import Bool, Unicode, default
 
 from scalelab import envvars
+from scalelab.common.ports import free_port
 from scalelab.common.processes import pid_runs
 from scalelab.spawner.course import CourseSpawnerMixin
 from scalelab.spawner.homes import make_home
@@ -190,6 +191,8 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
             make_home(self.home_root, self.user.name)
         await self.prepare_store_home()
         self.runtime_dir = str(await asyncio.to_thread(self._make_runtime_dir))
+        if self.port == 0:  # JupyterHub's own pick (port 0) could race a kernel's JVM for it
+            self.port = free_port(self.ip or "127.0.0.1")
         try:
             return await super().start()
         except BaseException:

@@ -62,6 +62,7 @@ from scalelab.commands.upstate import (
     write_run_record,
 )
 from scalelab.common.pdeathsig import become_subreaper, die_with_parent
+from scalelab.common.ports import free_port
 from scalelab.hub_ext.hub.config_check import ConfigProblem, check_hub_config
 from scalelab.kernels.specs import install_kernelspecs
 from scalelab.spawner.local import local_store_root
@@ -179,13 +180,6 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def prepare_state_dir(state_dir: Path, source: str = "--state-dir") -> None:

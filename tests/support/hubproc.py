@@ -28,8 +28,9 @@ from tornado.httpclient import HTTPRequest
 from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
-from scalelab.commands.up import find_proxy, free_port
+from scalelab.commands.up import find_proxy
 from scalelab.commands.up_config import UpSettings, config_file_text
+from scalelab.common.ports import free_port
 from scalelab.kernels.specs import install_kernelspecs
 
 #: A declared inventory of two GPUs: this machine has none, so tests name theirs as fakes.

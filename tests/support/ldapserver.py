@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from scalelab.commands.up import free_port
+from scalelab.common.ports import free_port
 
 SUFFIX = "dc=university,dc=example"
 ROOT_DN = f"cn=admin,{SUFFIX}"

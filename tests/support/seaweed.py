@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import s3fs
+
+from scalelab.common.ports import free_port
 
 #: Identity with every right, for the test's own set-up (as ops would have).
 ADMIN = ("scalelab-admin", "admin-secret-0123456789")
@@ -28,14 +29,7 @@ PORT_FLAGS = (
 
 
 def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+    return [free_port() for _ in range(n)]
 
 
 def weed_binary() -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import psutil
 
-from scalelab.commands.up import free_port
+from scalelab.common.ports import free_port
 
 NODES = ("n1", "n2")
 GPUS_PER_NODE = 2

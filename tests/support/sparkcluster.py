@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyspark
 
-from scalelab.kernels.spark_session import free_port
+from scalelab.common.ports import free_port
 
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
 MASTER = "org.apache.spark.deploy.master.Master"

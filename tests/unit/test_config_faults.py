@@ -15,8 +15,8 @@ from jupyterhub.authenticators.shared import SharedPasswordAuthenticator
 from jupyterhub.spawner import SpawnException
 
 from scalelab.commands.doctor import FAIL, OK, check_configuration
-from scalelab.commands.up import free_port
 from scalelab.commands.up_config import UpSettings, embedded_config
+from scalelab.common.ports import free_port
 from scalelab.hub_ext.hub.config_check import ConfigProblem, check_hub_config
 from scalelab.spawner.homes import make_home
 from scalelab.store import StoreConfigError

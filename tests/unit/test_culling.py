@@ -13,7 +13,7 @@ import time
 import pytest
 from traitlets.config import Config
 
-from scalelab.commands.up import free_port
+from scalelab.common.ports import free_port
 from scalelab.common.strictconfig import UnknownSettingError
 from scalelab.hub_ext.server.notices import clear_notice, read_notice, write_notice
 from scalelab.hub_ext.services.culling import (

@@ -19,7 +19,7 @@ from scalelab.commands.doctor import (
     load_settings,
 )
 from scalelab.commands.doctor_report import FAIL, OK, WARN, Check, exit_status, format_checks
-from scalelab.commands.up import free_port
+from scalelab.common.ports import free_port
 
 
 def doctor(tmp_path: Path, *args: str, env: dict[str, str] | None = None):

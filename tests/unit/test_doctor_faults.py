@@ -32,7 +32,7 @@ from scalelab.commands.doctor import (
     load_settings,
 )
 from scalelab.commands.invocation import scalelab_command
-from scalelab.commands.up import free_port
+from scalelab.common.ports import free_port
 
 #: What ``scalelab data fetch`` puts in a store by default (the course's data sets), called as
 #: the operator can (``.venv/bin/scalelab`` where ``scalelab`` is not on the PATH).

@@ -18,7 +18,7 @@ from scalelab.commands.doctor_hadoop import (
     namenode_http_addresses,
 )
 from scalelab.commands.doctor_report import FAIL
-from scalelab.commands.up import free_port
+from scalelab.common.ports import free_port
 from scalelab.kernels.spark_yarn import resourcemanager_web_address
 from scalelab.store.access.hdfs import resolve_hdfs
 

@@ -5,13 +5,13 @@ cluster. The rest runs for real in ``tests/integration/hub/test_failed_start.py`
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from scalelab.common.ports import free_port
 from scalelab.spawner.start_watch import (
     LINE_CHARS,
     describe_exit,
@@ -104,19 +104,13 @@ def test_exit_statuses_in_words(status, words):
     assert describe_exit(status) == words
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_the_wait_ends_with_the_exit_status_of_a_process_that_ends_first():
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(7)"])
-    assert asyncio.run(wait_listening("127.0.0.1", _free_port(), proc.poll, 60)) == 7
+    assert asyncio.run(wait_listening("127.0.0.1", free_port(), proc.poll, 60)) == 7
 
 
 def test_the_wait_ends_when_the_port_listens():
-    port = _free_port()
+    port = free_port()
     code = (
         "import socket, time; s = socket.socket(); "
         f"s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(60)"
@@ -134,7 +128,7 @@ def test_the_wait_gives_up_after_its_timeout():
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         with pytest.raises(TimeoutError, match="nothing listened"):
-            asyncio.run(wait_listening("127.0.0.1", _free_port(), proc.poll, 0.5))
+            asyncio.run(wait_listening("127.0.0.1", free_port(), proc.poll, 0.5))
     finally:
         proc.kill()
         proc.wait()

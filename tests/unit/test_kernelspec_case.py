@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from jupyter_client.kernelspec import NoSuchKernel
 from traitlets import TraitError
 from traitlets.config import Config
 
+from scalelab.common.ports import free_port
 from scalelab.kernels import KERNEL_NAMES, install_kernelspecs
 from scalelab.kernels.specmanager import (
     CourseKernelSpecManager,
@@ -113,12 +113,6 @@ def test_an_invalid_allow_list_entry_is_refused_naming_it():
 # --- through jupyter_server's REST API -----------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _marking_kernelspec(folder: Path, marker: Path) -> None:
     """A real ipykernel that first writes its own kernelspec name into ``marker``."""
     folder.mkdir(parents=True)
@@ -142,7 +136,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict
     marker = root / "started"
     for name in ("scalelab-pyspark", "scalelab-pytorch"):
         _marking_kernelspec(root / "share" / "kernels" / name, marker)
-    port, token = _free_port(), "case-test-token"
+    port, token = free_port(), "case-test-token"
     env = {
         **os.environ,
         "JUPYTER_NO_CONFIG": "1",

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scalelab.commands.up import free_port
+from scalelab.common.ports import free_port
 from scalelab.spawner.health_metrics import HealthCollector, store_reachable, tree_memory_bytes
 
 ROOT = Path(__file__).resolve().parents[2]

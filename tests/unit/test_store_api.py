@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 from pathlib import Path
 
 import fsspec
@@ -21,6 +20,7 @@ from fsspec.tests.abstract import (
     AbstractPutTests,
 )
 
+from scalelab.common.ports import free_port
 from scalelab.store import (
     StoreAccessError,
     StoreConfigError,
@@ -300,12 +300,6 @@ def test_libraries_read_scalelab_urls_through_the_students_view(
 # -- bad configuration: checked up front, readable at first use ----------------------------------
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize(
     ("url", "options", "error", "message"),
     [
@@ -323,7 +317,7 @@ def _closed_port() -> int:
     ],
 )
 def test_bad_store_configuration_is_found_up_front(url, options, error, message):
-    port = _closed_port()
+    port = free_port()
     url = url.format(port=port)
     options = {k: v.format(port=port) for k, v in options.items()}
     with pytest.raises(error, match=message):
@@ -332,7 +326,7 @@ def test_bad_store_configuration_is_found_up_front(url, options, error, message)
 
 def test_a_kernel_gets_a_store_that_explains_the_problem_at_first_use():
     namespace: dict = {}
-    env = {"SCALELAB_STORE_URL": f"hdfs://127.0.0.1:{_closed_port()}/course"}
+    env = {"SCALELAB_STORE_URL": f"hdfs://127.0.0.1:{free_port()}/course"}
     banner = kernel_store(namespace, env)
     assert banner.startswith("course store unavailable:") and "store_url" in banner
     store = namespace["store"]

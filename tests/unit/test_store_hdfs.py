@@ -7,13 +7,13 @@ against a closed port. The store on a real namenode and datanode (the HDFS test 
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
+from scalelab.common.ports import free_port
 from scalelab.store import StoreConfigError, StoreUnavailableError, check_store, student_store
 from scalelab.store.access.hdfs import (
     MIT_DEFAULT_CACHE,
@@ -208,12 +208,6 @@ def test_hdfs_refusals_become_permission_errors_with_the_namenodes_reason():
     assert hdfs_refusal(OSError("403 Client Error")) is None
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_up_front_check_refuses_a_kerberos_cluster_without_ticket(conf_dir: Path, tmp_path: Path):
     env = {"HADOOP_CONF_DIR": str(conf_dir), "KRB5CCNAME": str(tmp_path / "no-ticket")}
     with pytest.raises(StoreConfigError, match="kinit"):
@@ -222,7 +216,7 @@ def test_up_front_check_refuses_a_kerberos_cluster_without_ticket(conf_dir: Path
 
 def test_down_namenode_is_a_clear_error_at_first_use_through_hdfs_native():
     """The real hdfs-native client against a closed port: fails in seconds, not minutes."""
-    store = student_store("alice", f"hdfs://127.0.0.1:{_closed_port()}/course")
+    store = student_store("alice", f"hdfs://127.0.0.1:{free_port()}/course")
     with pytest.raises(StoreUnavailableError, match=r"cannot be reached.*namenode.*store_url"):
         store.ls("home/alice")
 

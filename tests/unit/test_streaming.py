@@ -11,7 +11,6 @@ import collections
 import io
 import itertools
 import multiprocessing
-import socket
 from pathlib import Path
 
 import fsspec
@@ -26,6 +25,7 @@ from fsspec.implementations.cached import SimpleCacheFileSystem
 from fsspec.implementations.dirfs import DirFileSystem
 from torch.utils.data import DataLoader
 
+from scalelab.common.ports import free_port
 from scalelab.store import StoreError, open_store
 from scalelab.store.access.cache import cache_name, local_copy
 from scalelab.store.streaming import TorchParquetDataset, tf_dataset, write_tfrecord_shards
@@ -147,12 +147,6 @@ def test_ranks_split_the_shards(
         next(iter(TorchParquetDataset(small, store=store)))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _ddp_rank(rank: int, world: int, port: int, url: str, path: str, out: str) -> None:
     torch.distributed.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
@@ -175,7 +169,7 @@ def test_torch_distributed_ranks(
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     torch.multiprocessing.spawn(
         _ddp_rank,
-        args=(2, _free_port(), course_store, small, str(tmp_path)),
+        args=(2, free_port(), course_store, small, str(tmp_path)),
         nprocs=2,
         join=True,
     )

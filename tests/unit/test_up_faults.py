@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from scalelab.cli import main
-from scalelab.commands.up import free_port
+from scalelab.common.ports import free_port
 
 
 def _listening_socket() -> socket.socket:

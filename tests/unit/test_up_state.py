@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from scalelab.cli import main
-from scalelab.commands.up import free_port
 from scalelab.commands.upstate import earlier_run, make_state_dir
+from scalelab.common.ports import free_port
 
 SUFFIX = "; choose a folder you can write"
 

@@ -19,7 +19,7 @@ from scalelab.commands.doctor_hadoop import (
     hadoop_checks,
 )
 from scalelab.commands.doctor_report import OK, WARN
-from scalelab.commands.up import free_port
+from scalelab.common.ports import free_port
 from tests.support.hadoopcluster import HadoopTestCluster
 from tests.unit.test_doctor_hadoop import _ha_conf
 

@@ -21,7 +21,8 @@ from pathlib import Path
 import psutil
 import requests
 
-from scalelab.commands.up import find_proxy, free_port
+from scalelab.commands.up import find_proxy
+from scalelab.common.ports import free_port
 from tests.unit.test_configure import ROOT
 
 GUIDE = ROOT / "docs" / "operators-guide.md"

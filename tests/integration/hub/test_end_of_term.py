@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from jupyterhub import orm
 
-from scalelab.commands.up import free_port
+from scalelab.common.ports import free_port
 from scalelab.spawner.system_users import ensure_system_user
 from tests.support.sysusers import MARKS, remove_users
 

@@ -19,7 +19,7 @@ import nbformat
 import pytest
 import requests
 
-from scalelab.commands.up import free_port
+from scalelab.common.ports import free_port
 from tests.unit.test_diskspace import fill, tmpfs
 
 TOKEN = "full-disk-test-token"
@@ -51,6 +51,7 @@ class Server:
                 str(Path(sys.executable).with_name("jupyter-server")),
                 f"--ServerApp.root_dir={home}",
                 f"--ServerApp.port={self.port}",
+                "--ServerApp.port_retries=0",  # on a taken port: fail, not serve on another
                 f"--IdentityProvider.token={TOKEN}",
                 "--ServerApp.open_browser=False",
                 "--allow-root",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from scalelab.commands.up import free_port
+from scalelab.common.ports import free_port
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the root path of scalelab up: needs root (CI)")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 from traitlets.config import Config
 
+from scalelab.common.ports import free_port
 from scalelab.kernels.livy import (
     SPARKMAGIC_KERNELS,
     LivySettings,
@@ -231,18 +231,12 @@ def test_plain_session_gets_ops_settings(mock_livy: MockLivy, tmp_path: Path):
     # (a killed kernel cannot: Livy ends its session after heartbeatTimeoutInSecond)
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.parametrize("where", ["unreachable", "not Livy"])
 def test_bad_livy_url_is_a_readable_error_and_the_kernel_lives(
     where: str, mock_livy: MockLivy, tmp_path: Path
 ):
     if where == "unreachable":
-        url = f"http://127.0.0.1:{_closed_port()}"
+        url = f"http://127.0.0.1:{free_port()}"
     else:  # a server that answers, but not as Livy (a wrong path: 404 for POST /sessions)
         url = f"{mock_livy.url}/gateway"
     with _livy_kernel(url, tmp_path) as kernel:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from scalelab.commands.up import free_port
+from scalelab.common.ports import free_port
 from tests.support.hubproc import PlainHub
 
 PROVIDER = Path(__file__).resolve().parents[2] / "support" / "oidc_provider.mjs"

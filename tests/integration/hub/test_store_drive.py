@@ -24,6 +24,7 @@ import pytest
 import requests
 from playwright.sync_api import expect, sync_playwright
 
+from scalelab.common.ports import free_port
 from scalelab.hub_ext.server.store_drive import DRIVE_URL, drive_id
 from tests.browser.test_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import REPO
@@ -483,11 +484,7 @@ def test_a_student_saves_a_file_in_the_store_from_jupyterlab_s_file_browser(hub:
 
 
 def test_a_store_that_cannot_be_reached_costs_the_drive_not_the_server(tmp_path: Path):
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
+    closed = free_port()  # nothing listens there
     down = f"c.ScaleLabSpawner.store_url = 'hdfs://127.0.0.1:{closed}/course'\n"
     with running(ScaleLabUp(tmp_path / "state", extra_config=down)) as hub:
         hub.start_server("dave")

@@ -18,7 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from scalelab.commands.up import find_proxy, free_port
+from scalelab.commands.up import find_proxy
+from scalelab.common.ports import free_port
 from tests.support.hubproc import READY_LINE, PlainHub, ScaleLabUp, running
 
 #: Generous: on a loaded 2-core machine the hub may take a while to stop its servers.

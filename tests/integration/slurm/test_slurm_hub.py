@@ -18,7 +18,7 @@ import psutil
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from scalelab.commands.up import free_port
+from scalelab.common.ports import free_port
 from tests.browser.test_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import REPO
 from tests.support.hubproc import PlainHub, progress_events
