@@ -103,6 +103,11 @@ def _parser() -> argparse.ArgumentParser:
         "--store", help="course store URL or path (default: from the configuration)"
     )
     doctor.add_argument("--config", help="your jupyterhub_config.py, as given to scalelab up")
+    doctor.add_argument(
+        "--quick",
+        action="store_true",
+        help="look at each kernel's program and modules without starting the kernel",
+    )
     sub.add_parser("config-reference", help="print the configuration reference (Markdown)")
     _add_labs_parser(sub)
     _add_end_of_term_parser(sub)
@@ -201,6 +206,7 @@ def _doctor(args: argparse.Namespace) -> int:
             port=args.port,
             store_url=args.store,
             config_file=args.config,
+            quick=args.quick,
         )
     except (OSError, SyntaxError) as exc:
         raise UsageError(f"cannot read the configuration: {exc}") from None

@@ -800,9 +800,11 @@ def doctor_checks(
     store_url: str | None = None,
     config_file: str | None = None,
     env: Mapping[str, str] | None = None,
+    quick: bool = False,
 ) -> list[Check]:
     """Every check, the configuration first; the others on the operator's settings, or on
-    ScaleLab's defaults when ``config_file`` cannot be loaded at all.
+    ScaleLab's defaults when ``config_file`` cannot be loaded at all. ``quick``: the kernels'
+    programs and modules are looked at, the kernels not started (seconds saved).
 
     Raises
     ------
@@ -817,7 +819,7 @@ def doctor_checks(
         settings = load_settings(state_dir, config_file=config_file, **where)
     except ConfigProblem:  # already reported by the Configuration check
         settings = load_settings(state_dir, **where)
-    return [config, *run_checks(settings, env)]
+    return [config, *run_checks(settings, env, start_kernels=not quick)]
 
 
 def hub_pids(state_dir: Path) -> set[int]:
@@ -842,9 +844,12 @@ def cluster_env(env: Mapping[str, str], s: DoctorSettings) -> dict[str, str]:
     return {**env, "HADOOP_CONF_DIR": s.hadoop_conf_dir, "YARN_CONF_DIR": s.hadoop_conf_dir}
 
 
-def run_checks(s: DoctorSettings, env: Mapping[str, str] | None = None) -> list[Check]:
+def run_checks(
+    s: DoctorSettings, env: Mapping[str, str] | None = None, start_kernels: bool = True
+) -> list[Check]:
     """Every check, in order, on ``s`` with the servers' environment ``env``; each looks and
-    none creates or changes a file. Never raises for a broken host."""
+    none creates or changes a file (kernels started with ``start_kernels`` run in a temporary
+    folder, removed). Never raises for a broken host."""
     from scalelab.commands.doctor_hadoop import hadoop_checks
     from scalelab.commands.doctor_kernels import check_kernels
     from scalelab.commands.doctor_slurm import slurm_checks
@@ -859,7 +864,11 @@ def run_checks(s: DoctorSettings, env: Mapping[str, str] | None = None) -> list[
         check_java(env),
         check_spark(env, s.spark_master),
         check_store(s.store_url, s.store_options),
-        check_kernels(s.kernelspec_path, str(StateFolder(Path(s.state_dir)).kernelspecs)),
+        check_kernels(
+            s.kernelspec_path,
+            str(StateFolder(Path(s.state_dir)).kernelspecs),
+            start_env=env if start_kernels else None,
+        ),
         *hadoop_checks(s.store_url, s.store_options, s.spark_master, cluster_env(env, s)),
         *(slurm_checks(**s.slurm, env=env) if s.slurm else []),
         check_homes(s.home_root, s.spawner),

@@ -117,7 +117,9 @@ def test_doctor_reports_a_syntax_error_as_a_failed_check_and_runs_the_others(tmp
     store = tmp_path / "store"
     store.mkdir()
     args = ["--state-dir", str(tmp_path / "state"), "--port", str(free_port())]
-    result = _scalelab("doctor", *args, "--store", store.as_uri(), "--config", str(config))
+    result = _scalelab(
+        "doctor", "--quick", *args, "--store", store.as_uri(), "--config", str(config)
+    )
     out = result.stdout
     assert result.returncode == 1, out + result.stderr
     assert (

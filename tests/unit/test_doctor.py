@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -22,9 +23,11 @@ from scalelab.commands.doctor_report import FAIL, OK, WARN, Check, exit_status, 
 from scalelab.common.ports import free_port
 
 
-def doctor(tmp_path: Path, *args: str, env: dict[str, str] | None = None):
-    """``python -m scalelab doctor`` on a fresh state folder; the completed process."""
+def doctor(tmp_path: Path, *args: str, env: dict[str, str] | None = None, quick: bool = True):
+    """``python -m scalelab doctor`` on a fresh state folder (``--quick``: the kernels are not
+    started, but where ``quick`` is False); the completed process."""
     argv = [sys.executable, "-m", "scalelab", "doctor", "--state-dir", str(tmp_path / "state")]
+    argv += ["--quick"] if quick else []
     return subprocess.run(
         [*argv, *args],
         capture_output=True,
@@ -38,12 +41,19 @@ def doctor(tmp_path: Path, *args: str, env: dict[str, str] | None = None):
 def test_doctor_on_a_good_configuration_passes_with_the_missing_gpu_as_a_warning(tmp_path: Path):
     store = tmp_path / "store"
     store.mkdir()
-    result = doctor(tmp_path, "--port", str(free_port()), "--store", store.as_uri())
+    result = doctor(tmp_path, "--port", str(free_port()), "--store", store.as_uri(), quick=False)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     names = ("Java", "Spark", "Kernels", "Homes", "Proxy", "Port", "Hub port", "Database")
     for name in (*names, "Proxy API port"):
         assert f"[ ok ] {name}: " in out, out
+    # Each kernel the servers will offer started for real and answered (scalelab up's three
+    # as it will write them, ipykernel's own python3), and left no file behind.
+    kernels = "4 kernels start and answer: python3 "
+    assert f"[ ok ] Kernels: {kernels}" in out, out
+    for name in ("scalelab-pyspark", "scalelab-pytorch", "scalelab-tensorflow"):
+        assert re.search(rf"\b{name} \d+\.\d s\b", out), out
+    assert not (tmp_path / "state").exists()
     assert "Spark 4.3.0" in out
     # An empty store is reachable; its missing data sets are a warning with the fetch command.
     assert f"[warn] Course store: {store.as_uri()} is reachable" in out, out

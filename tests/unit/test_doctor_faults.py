@@ -78,7 +78,7 @@ def held_ports(count: int) -> Iterator[list[int]]:
 def doctor(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     """``python -m scalelab doctor ARGS`` run in ``cwd``; the completed process."""
     return subprocess.run(
-        [sys.executable, "-m", "scalelab", "doctor", *args],
+        [sys.executable, "-m", "scalelab", "doctor", "--quick", *args],
         cwd=cwd,
         capture_output=True,
         text=True,

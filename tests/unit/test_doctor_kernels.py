@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -94,3 +96,47 @@ def test_scalelabs_kernels_installed_nowhere_are_a_warning(tmp_path: Path):
     assert check.status == WARN
     assert check.detail.endswith(", ".join(OURS))
     assert "scalelab kernels install" in check.fix
+
+
+def _kernel_that_prints_and_exits(text: str) -> list[str]:
+    return [sys.executable, "-c", f"import sys; print({text!r}); sys.exit(3)", "{connection_file}"]
+
+
+def test_each_kernel_is_started_for_real_and_one_that_dies_is_named_with_its_last_line(
+    tmp_path: Path,
+):
+    """A kernel whose program and modules are all there but whose start-up crashes (here: it
+    prints a line and exits) reached students as a notebook that never connects."""
+    _spec(tmp_path, "fine", [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
+    _spec(tmp_path, "dies", _kernel_that_prints_and_exits("RuntimeError: no CUDA driver here"))
+    check = check_kernels([str(tmp_path)], start_env=dict(os.environ), start_timeout_s=60)
+    assert check.status == FAIL
+    assert check.detail == "dies: died as it started: RuntimeError: no CUDA driver here"
+    assert "started by hand" in check.fix
+
+
+def test_a_kernel_that_never_answers_is_named_with_the_wait(tmp_path: Path):
+    _spec(tmp_path, "silent", [sys.executable, "-c", "import time; time.sleep(600)"])
+    check = check_kernels([str(tmp_path)], start_env=dict(os.environ), start_timeout_s=3)
+    assert (check.status, check.detail) == (FAIL, "silent: started but did not answer within 3 s")
+
+
+def test_kernels_that_start_are_listed_with_their_time_and_leave_nothing_behind(tmp_path: Path):
+    kernels = tmp_path / "share"
+    _spec(kernels, "fine", [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home), "TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
+    before = sorted(tmp_path.rglob("*"))
+    check = check_kernels([str(kernels)], start_env=env, start_timeout_s=60)
+    assert check.status == WARN  # ScaleLab's own kernels are not installed there
+    started = check_kernels([str(kernels)], up_writes=str(kernels), start_env=env)
+    assert started.status == OK, started.detail
+    assert re.fullmatch(
+        r"5 kernels start and answer: fine \d+\.\d s, python3 \d+\.\d s, "
+        r"scalelab-pyspark \d+\.\d s, "
+        r"scalelab-pytorch \d+\.\d s, scalelab-tensorflow \d+\.\d s",
+        started.detail,
+    ), started.detail
+    assert sorted(tmp_path.rglob("*")) == before  # the kernels' folders are gone

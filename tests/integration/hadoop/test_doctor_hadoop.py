@@ -54,7 +54,7 @@ def test_an_ha_pair_with_one_namenode_down_is_a_warning(hdfs_cluster: HadoopTest
 def test_scalelab_doctor_reports_the_namenode_of_an_hdfs_store(
     hdfs_cluster: HadoopTestCluster, tmp_path: Path
 ):
-    argv = [sys.executable, "-m", "scalelab", "doctor", "--state-dir", str(tmp_path / "state")]
+    argv = [sys.executable, "-m", "scalelab", "doctor", "--quick", "--state-dir", str(tmp_path / "state")]
     store = hdfs_cluster.url("/")
     result = subprocess.run(
         [*argv, "--port", str(free_port()), "--store", store],
@@ -85,7 +85,7 @@ def test_scalelab_doctor_checks_yarn_through_the_spawners_hadoop_conf_dir(
         f"c.ScaleLabSpawner.hadoop_conf_dir = {str(hdfs_cluster.conf_dir)!r}\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("HADOOP_CONF_DIR", "YARN_CONF_DIR")}
-    argv = [sys.executable, "-m", "scalelab", "doctor", "--state-dir", str(tmp_path / "state")]
+    argv = [sys.executable, "-m", "scalelab", "doctor", "--quick", "--state-dir", str(tmp_path / "state")]
     result = subprocess.run(
         [*argv, "--port", str(free_port()), "--config", str(config)],
         capture_output=True,

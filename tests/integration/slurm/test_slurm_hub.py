@@ -432,7 +432,7 @@ def test_a_gpu_slurm_gives_on_before_the_hubs_poll_stays_with_its_new_job(
 
 
 def _doctor(config: Path, state: Path) -> tuple[int, str]:
-    argv = [sys.executable, "-m", "scalelab", "doctor", "--state-dir", str(state)]
+    argv = [sys.executable, "-m", "scalelab", "doctor", "--quick", "--state-dir", str(state)]
     result = subprocess.run(
         [*argv, "--config", str(config), "--port", str(free_port())],
         capture_output=True, text=True, timeout=600, check=False,
