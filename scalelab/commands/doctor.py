@@ -128,7 +128,10 @@ def _with_timeout(fn: Callable[[], Any], timeout_s: float) -> Any:
 
 
 def check_store(
-    store_url: str, store_options: Mapping[str, Any], timeout_s: float = CHECK_TIMEOUT_S
+    store_url: str,
+    store_options: Mapping[str, Any],
+    timeout_s: float = CHECK_TIMEOUT_S,
+    spawner: str = "ScaleLabSpawner",
 ) -> Check:
     """The course store: it exists, its root can be listed within ``timeout_s``, and it holds
     the course's data sets.
@@ -138,12 +141,12 @@ def check_store(
     ``scalelab data fetch`` that makes it and fills it. Any other store is opened through
     fsspec (:func:`scalelab.store.open_store`) and its root listed. A reachable store without
     every data set (:func:`scalelab.store.missing_datasets`) is a warning naming them, with the
-    fetch command as its fix. Never raises.
+    fetch command as its fix. ``spawner`` names the section of the settings. Never raises.
     """
     from scalelab.spawner.local import local_store_root
 
     fix = (
-        "Check c.ScaleLabSpawner.store_url and store_options (or --store): the server must be "
+        f"Check c.{spawner}.store_url and store_options (or --store): the server must be "
         "up and reachable from the hub's machine, and the credentials valid."
     )
     if not store_url:
@@ -281,14 +284,17 @@ def check_homes(home_root: str, spawner: str = "ScaleLabSpawner") -> Check:
     )
 
 
-def check_gpus(declared: Sequence[Mapping[str, Any]], excluded: Sequence[str]) -> Check:
-    """NVML and the GPU inventory, as the spawner builds it; no GPU is a warning."""
+def check_gpus(
+    declared: Sequence[Mapping[str, Any]], excluded: Sequence[str], spawner: str = "ScaleLabSpawner"
+) -> Check:
+    """NVML and the GPU inventory, as the spawner builds it; no GPU is a warning. ``spawner``
+    names the section of the settings."""
     from scalelab.common.gpu_inventory import declared_inventory, discover_nvml, exclude
 
     try:
         inventory = declared_inventory(declared) if declared else discover_nvml()
     except ValueError as exc:
-        return Check("GPUs", FAIL, str(exc), "Fix c.ScaleLabSpawner.declared_gpus.")
+        return Check("GPUs", FAIL, str(exc), f"Fix c.{spawner}.declared_gpus.")
     inventory = exclude(inventory, excluded)
     if not inventory.gpus:
         return Check(
@@ -296,7 +302,7 @@ def check_gpus(declared: Sequence[Mapping[str, Any]], excluded: Sequence[str]) -
             WARN,
             inventory.describe(),
             "Fine on a CPU machine. For GPUs: install the NVIDIA driver (NVML), and check "
-            "c.ScaleLabSpawner.exclude_gpus.",
+            f"c.{spawner}.exclude_gpus.",
         )
     return Check("GPUs", OK, inventory.describe())
 
@@ -623,7 +629,8 @@ class DoctorSettings:
     ``ip`` and ``port`` are the public address; ``ports`` every port the hub will listen on
     (:func:`hub_ports`; empty: the public one only). ``spawner`` names the spawner class whose
     settings these are; ``slurm``, for a Slurm spawner, the arguments of
-    :func:`~scalelab.commands.doctor_slurm.slurm_checks` but ``env``.
+    :func:`~scalelab.commands.doctor_slurm.slurm_checks` but ``env``; ``kube``, for a
+    KubeSpawner, those of :func:`~scalelab.commands.doctor_kube.kube_checks`.
     """
 
     state_dir: str
@@ -641,6 +648,7 @@ class DoctorSettings:
     kernelspec_path: tuple[str, ...] = ()
     spawner: str = "ScaleLabSpawner"
     slurm: dict | None = None
+    kube: dict | None = None
     system_user_prefix: str = "jupyter-"
 
 
@@ -716,6 +724,7 @@ def load_settings(
         kernelspec_path=tuple(_get(spawner, "kernelspec_path", ())),
         spawner=spawner_class.__name__,
         slurm=_slurm_settings(spawner_class, spawner),
+        kube=_kube_settings(spawner_class, spawner),
         system_user_prefix=_get(spawner, "system_user_prefix", DEFAULT_PREFIX),
     )
 
@@ -744,6 +753,14 @@ def _slurm_settings(spawner_class: type, spawner: Mapping[str, Any]) -> dict | N
         "args": list(_get(spawner, "args", [])),
         "environment": {k: str(v) for k, v in dict(_get(spawner, "environment", {})).items()},
     }
+
+
+def _kube_settings(spawner_class: type, spawner: Mapping[str, Any]) -> dict | None:
+    """What the Kubernetes checks read, for a KubeSpawner; else None."""
+    from scalelab.commands.doctor_kube import kube_settings
+
+    names = {cls.__name__ for cls in spawner_class.__mro__}
+    return kube_settings(spawner) if "KubeSpawner" in names else None
 
 
 def check_configuration(
@@ -852,6 +869,7 @@ def run_checks(
     folder, removed). Never raises for a broken host."""
     from scalelab.commands.doctor_hadoop import hadoop_checks
     from scalelab.commands.doctor_kernels import check_kernels
+    from scalelab.commands.doctor_kube import kube_checks
     from scalelab.commands.doctor_slurm import slurm_checks
     from scalelab.commands.up import UpError, find_proxy
 
@@ -863,16 +881,19 @@ def run_checks(
     return [
         check_java(env),
         check_spark(env, s.spark_master),
-        check_store(s.store_url, s.store_options),
+        check_store(s.store_url, s.store_options, spawner=s.spawner),
         check_kernels(
             s.kernelspec_path,
             str(StateFolder(Path(s.state_dir)).kernelspecs),
             start_env=env if start_kernels else None,
-        ),
+        )
+        if s.kube is None
+        else Check("Kernels", OK, f"in the servers' image (c.{s.spawner}.image), not looked at"),
         *hadoop_checks(s.store_url, s.store_options, s.spark_master, cluster_env(env, s)),
         *(slurm_checks(**s.slurm, env=env) if s.slurm else []),
+        *(kube_checks(**s.kube) if s.kube else []),
         check_homes(s.home_root, s.spawner),
-        check_gpus(s.declared_gpus, s.exclude_gpus),
+        check_gpus(s.declared_gpus, s.exclude_gpus, s.spawner),
         check_proxy(proxy),
         *check_ports(
             s.ports or (HubPort("Port", s.ip, s.port, "c.JupyterHub.port"),),
