@@ -747,11 +747,18 @@ def _slurm_settings(spawner_class: type, spawner: Mapping[str, Any]) -> dict | N
 
     if not issubclass(spawner_class, ScaleLabSlurmSpawner):
         return None
-    default = spawner_class.class_traits()["exec_prefix"].default_value
+    from scalelab.commands.doctor_slurm import job_partitions
+
+    traits = spawner_class.class_traits()
     return {
-        "exec_prefix": str(_get(spawner, "exec_prefix", default)),
+        "exec_prefix": str(_get(spawner, "exec_prefix", traits["exec_prefix"].default_value)),
         "args": list(_get(spawner, "args", [])),
         "environment": {k: str(v) for k, v in dict(_get(spawner, "environment", {})).items()},
+        "partitions": job_partitions(
+            list(_get(spawner, "profiles", traits["profiles"].default_value)),
+            dict(_get(spawner, "slurm_profiles", {})),
+            str(_get(spawner, "slurm_partition", "")),
+        ),
     }
 
 

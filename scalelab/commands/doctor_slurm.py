@@ -1,9 +1,10 @@
 """``scalelab doctor``'s checks of a hub whose servers are Slurm jobs (``ScaleLabSlurmSpawner``).
 
 Slurm's client commands on the hub's ``PATH``, Slurm's controller answering (``scontrol ping``,
-with the ``SLURM_CONF`` the spawner's ``environment`` gives), and the way jobs are submitted
-(the hub's own start-up check: sudo installed, no root servers by accident). Each looks
-only; none submits a job.
+with the ``SLURM_CONF`` the spawner's ``environment`` gives), each partition the profiles' jobs
+go to (up, and with ``gpu`` GRES where a GPU profile's jobs go: ``sinfo``), and the way jobs are
+submitted (the hub's own start-up check: sudo installed, no root servers by accident). Each
+looks only; none submits a job.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from scalelab.commands.doctor_report import FAIL, OK, WARN, Check
 
@@ -70,6 +72,82 @@ def check_slurm_controller(env: Mapping[str, str]) -> Check:
     return Check("Slurm controller", OK, f"{said}{where}")
 
 
+def job_partitions(
+    profiles: Sequence[Mapping[str, Any]],
+    slurm_profiles: Mapping[str, Mapping[str, Any]],
+    slurm_partition: str,
+) -> dict[str, bool]:
+    """Partition -> whether a GPU profile's jobs go there (pure); ``""`` is the cluster's
+    default partition. A profile's ``slurm_profiles`` entry wins over ``slurm_partition``."""
+    wanted: dict[str, bool] = {}
+    for profile in profiles:
+        own = (slurm_profiles.get(str(profile.get("slug", ""))) or {}).get("partition")
+        partition = str(own or slurm_partition or "")
+        wanted[partition] = wanted.get(partition, False) or int(profile.get("gpus", 0) or 0) > 0
+    return wanted
+
+
+def parse_sinfo(text: str) -> dict[str, dict[str, Any]]:
+    """``sinfo -h -o %P|%a|%G`` -> partition -> ``{"default", "up", "gres"}`` (pure): Slurm
+    marks the default partition with ``*``; a partition is up where any of its lines says
+    ``up``; ``gres`` collects the nodes' GRES (``gpu:2``, ``gpu:h100:4(S:0-1)``)."""
+    found: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 3:
+            continue
+        name, avail, gres = parts
+        entry = found.setdefault(name.rstrip("*"), {"default": False, "up": False, "gres": set()})
+        entry["default"] |= name.endswith("*")
+        entry["up"] |= avail.strip() == "up"
+        entry["gres"] |= {g for g in gres.split(",") if g and g != "(null)"}
+    return found
+
+
+def check_partitions(wanted: Mapping[str, bool], env: Mapping[str, str]) -> Check:
+    """Each partition of ``wanted`` (:func:`job_partitions`) exists and is up, and those of
+    GPU profiles have ``gpu`` GRES on their nodes."""
+    fix = (
+        "sinfo lists the cluster's partitions and their GRES: set "
+        "c.ScaleLabSlurmSpawner.slurm_partition (or a profile's partition in slurm_profiles) "
+        "to one that is up, with gpu GRES (GresTypes=gpu, gres.conf) for the GPU profiles."
+    )
+    try:
+        out = subprocess.run(
+            ["sinfo", "-h", "-o", "%P|%a|%G"],
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=PING_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("Slurm partitions", FAIL, f"sinfo: {exc}", fix)
+    if out.returncode != 0:
+        said = (out.stderr.strip().splitlines() or ["no message"])[-1]
+        return Check("Slurm partitions", FAIL, f"sinfo: {said}", fix)
+    partitions = parse_sinfo(out.stdout)
+    default = next((name for name, p in partitions.items() if p["default"]), None)
+    problems, fine = [], []
+    for asked, gpus in sorted(wanted.items()):
+        name = asked or default
+        label = f"partition {asked!r}" if asked else f"the default partition ({default!r})"
+        if name is None or name not in partitions:
+            problems.append(f"{label} does not exist" if asked else "no partition is the default")
+        elif not partitions[name]["up"]:
+            problems.append(f"{label} is not up")
+        elif gpus and not any(g.split(":")[0] == "gpu" for g in partitions[name]["gres"]):
+            problems.append(
+                f"{label} has no gpu GRES on its nodes, and GPU profiles' jobs go there"
+            )
+        else:
+            gres = ", ".join(sorted(partitions[name]["gres"])) or "no GRES"
+            fine.append(f"{label} is up ({gres})")
+    if problems:
+        return Check("Slurm partitions", FAIL, "; ".join(problems), fix)
+    return Check("Slurm partitions", OK, "; ".join(fine))
+
+
 def check_submission(exec_prefix: str, args: Sequence[str]) -> Check:
     """Jobs can be submitted as configured: the hub's own start-up check
     (``ScaleLabSlurmSpawner.check_host_settings``: the prefix's command is installed, and a root
@@ -86,13 +164,19 @@ def check_submission(exec_prefix: str, args: Sequence[str]) -> Check:
 
 
 def slurm_checks(
-    exec_prefix: str, args: Sequence[str], environment: Mapping[str, str], env: Mapping[str, str]
+    exec_prefix: str,
+    args: Sequence[str],
+    environment: Mapping[str, str],
+    env: Mapping[str, str],
+    partitions: Mapping[str, bool] | None = None,
 ) -> list[Check]:
     """Every Slurm check; ``environment`` is the spawner's (its ``SLURM_CONF`` wins over
-    ``env``'s, as in the jobs' commands). Never raises."""
+    ``env``'s, as in the jobs' commands); ``partitions`` from :func:`job_partitions` (None: the
+    default partition, for CPU jobs). Never raises."""
     slurm_env = {**env, **{k: v for k, v in environment.items() if k == "SLURM_CONF"}}
-    return [
-        check_slurm_commands(slurm_env),
-        check_slurm_controller(slurm_env),
-        check_submission(exec_prefix, args),
-    ]
+    commands = check_slurm_commands(slurm_env)
+    controller = check_slurm_controller(slurm_env)
+    checks = [commands, controller]
+    if commands.status != FAIL and controller.status != FAIL:  # else sinfo says nothing new
+        checks.append(check_partitions(partitions or {"": False}, slurm_env))
+    return [*checks, check_submission(exec_prefix, args)]

@@ -456,6 +456,8 @@ def test_scalelab_doctor_checks_slurm_on_a_slurm_configuration(
     [controller] = [line for line in lines if "Slurm controller" in line]
     assert controller.startswith("[ ok ]") and " is UP (SLURM_CONF=" in controller, out
     assert "[ ok ] Slurm jobs: submitted as the hub's own user" in lines, out
+    # the default profiles' jobs (GPU ones among them) go to the default partition: up, GRES
+    assert "[ ok ] Slurm partitions: the default partition ('gpu') is up (gpu:2)" in lines, out
     assert f"[ ok ] Homes: {state / 'homes'}" in out  # c.ScaleLabSlurmSpawner.home_root
 
     # the controller's port wrong in the hub's slurm.conf: a failure naming the file and the fix
@@ -472,14 +474,20 @@ def test_scalelab_doctor_checks_slurm_on_a_slurm_configuration(
         f"[FAIL] Slurm controller: scontrol ping (SLURM_CONF={wrong}): Slurmctld(primary) at "
     )
     assert controller.endswith(" is DOWN")  # Slurm's banner after it left out
+    assert "Slurm partitions" not in out  # sinfo would only say the controller is down again
     assert "Start slurmctld, or point the hub at the cluster's slurm.conf" in out
 
-    # a root hub submitting without a prefix and without --allow-root: refused, named
+    # a root hub submitting without a prefix and without --allow-root: refused, named; and a
+    # GPU profile's jobs sent to a partition the cluster does not have
     config.write_text(
-        slurm_config(slurm_cluster, state) + "c.ScaleLabSlurmSpawner.args = ['--debug']\n"
+        slurm_config(slurm_cluster, state)
+        + "c.ScaleLabSlurmSpawner.args = ['--debug']\n"
+        + "c.ScaleLabSlurmSpawner.slurm_profiles = {'gpu-1': {'partition': 'h100'}}\n"
     )
     code, out = _doctor(config, tmp_path / "doctor-state")
     assert code == 1
+    assert "[FAIL] Slurm partitions: partition 'h100' does not exist" in out, out
+    assert "sinfo lists the cluster's partitions and their GRES" in out
     assert (
         "[FAIL] Slurm jobs: c.ScaleLabSlurmSpawner.exec_prefix = '' on a hub run as root submits "
         "every job as root" in out
