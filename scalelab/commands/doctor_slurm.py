@@ -45,6 +45,21 @@ def check_slurm_commands(env: Mapping[str, str]) -> Check:
     return Check("Slurm commands", OK, f"{', '.join((*NEEDED, 'sacct'))} found")
 
 
+def _ask_slurm(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.CompletedProcess | str:
+    """A Slurm client command's completed run (text), or why it did not run (a str)."""
+    try:
+        return subprocess.run(
+            list(argv),
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=PING_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+
+
 def check_slurm_controller(env: Mapping[str, str]) -> Check:
     """``scontrol ping`` answers UP for Slurm's controller (the spawner's ``SLURM_CONF``)."""
     conf = env.get("SLURM_CONF", "")
@@ -54,17 +69,9 @@ def check_slurm_controller(env: Mapping[str, str]) -> Check:
         "c.ScaleLabSlurmSpawner.environment = {'SLURM_CONF': '/etc/slurm/slurm.conf'} and the "
         "same SLURM_CONF in the hub's environment."
     )
-    try:
-        out = subprocess.run(
-            ["scontrol", "ping"],
-            env=dict(env),
-            capture_output=True,
-            text=True,
-            timeout=PING_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Check("Slurm controller", FAIL, f"scontrol ping{where}: {exc}", fix)
+    out = _ask_slurm(["scontrol", "ping"], env)
+    if isinstance(out, str):
+        return Check("Slurm controller", FAIL, f"scontrol ping{where}: {out}", fix)
     lines = [" ".join(x.split()) for x in (out.stdout or out.stderr).splitlines() if x.strip()]
     said = next((x for x in lines if x.startswith("Slurmctld")), "; ".join(lines))
     if out.returncode != 0 or " is UP" not in said:
@@ -112,17 +119,9 @@ def check_partitions(wanted: Mapping[str, bool], env: Mapping[str, str]) -> Chec
         "c.ScaleLabSlurmSpawner.slurm_partition (or a profile's partition in slurm_profiles) "
         "to one that is up, with gpu GRES (GresTypes=gpu, gres.conf) for the GPU profiles."
     )
-    try:
-        out = subprocess.run(
-            ["sinfo", "-h", "-o", "%P|%a|%G"],
-            env=dict(env),
-            capture_output=True,
-            text=True,
-            timeout=PING_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Check("Slurm partitions", FAIL, f"sinfo: {exc}", fix)
+    out = _ask_slurm(["sinfo", "-h", "-o", "%P|%a|%G"], env)
+    if isinstance(out, str):
+        return Check("Slurm partitions", FAIL, f"sinfo: {out}", fix)
     if out.returncode != 0:
         said = (out.stderr.strip().splitlines() or ["no message"])[-1]
         return Check("Slurm partitions", FAIL, f"sinfo: {said}", fix)

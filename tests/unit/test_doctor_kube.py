@@ -17,12 +17,13 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from scalelab.common.ports import free_port
+from tests.support.jsonhttp import JSONHandler
 
 VERSION = {
     "major": "1", "minor": "31", "gitVersion": "v1.31.4", "gitCommit": "a78aa47",
@@ -41,37 +42,25 @@ class FakeKubeAPI:
         self.requests: list[tuple[str, str, dict]] = []
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def _answer(self, status: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JSONHandler):
             def do_GET(self) -> None:
                 fake.requests.append(("GET", self.path, {}))
                 if self.path.rstrip("/") == "/version":
-                    return self._answer(200, VERSION)
+                    return self.reply(200, VERSION)
                 name = self.path.removeprefix("/api/v1/namespaces/")
                 if name in fake.namespaces:
                     meta = {"name": name}
-                    return self._answer(200, {"kind": "Namespace", "metadata": meta})
+                    return self.reply(200, {"kind": "Namespace", "metadata": meta})
                 status = {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404}
-                return self._answer(404, {**status, "message": f'namespaces "{name}" not found'})
+                return self.reply(404, {**status, "message": f'namespaces "{name}" not found'})
 
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(length) or b"{}")
+                body = self.json_body()
                 fake.requests.append(("POST", self.path, body))
                 allowed = fake.may_create_pods
                 reason = "" if allowed else "no RBAC policy matched"
                 status = {"allowed": allowed, **({"reason": reason} if reason else {})}
-                return self._answer(201, {**body, "status": status})
+                return self.reply(201, {**body, "status": status})
 
         self.port = free_port()
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)

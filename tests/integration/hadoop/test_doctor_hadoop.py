@@ -51,19 +51,24 @@ def test_an_ha_pair_with_one_namenode_down_is_a_warning(hdfs_cluster: HadoopTest
     assert f"RPC 127.0.0.1:{hdfs_cluster.rpc_port}, WebHDFS" in check.detail  # the live one
 
 
-def test_scalelab_doctor_reports_the_namenode_of_an_hdfs_store(
-    hdfs_cluster: HadoopTestCluster, tmp_path: Path
-):
-    argv = [sys.executable, "-m", "scalelab", "doctor", "--quick", "--state-dir", str(tmp_path / "state")]
-    store = hdfs_cluster.url("/")
-    result = subprocess.run(
-        [*argv, "--port", str(free_port()), "--store", store],
+def _doctor(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """``python -m scalelab doctor --quick`` on a fresh state folder and a free port."""
+    argv = [sys.executable, "-m", "scalelab", "doctor", "--quick"]
+    return subprocess.run(
+        [*argv, "--state-dir", str(tmp_path / "state"), "--port", str(free_port()), *args],
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, **hdfs_cluster.environment()},
+        env=env,
         check=False,
     )
+
+
+def test_scalelab_doctor_reports_the_namenode_of_an_hdfs_store(
+    hdfs_cluster: HadoopTestCluster, tmp_path: Path
+):
+    store = hdfs_cluster.url("/")
+    result = _doctor(tmp_path, {**os.environ, **hdfs_cluster.environment()}, "--store", store)
     out = result.stdout
     line = (
         f"[ ok ] HDFS namenode: RPC 127.0.0.1:{hdfs_cluster.rpc_port}, "
@@ -85,15 +90,7 @@ def test_scalelab_doctor_checks_yarn_through_the_spawners_hadoop_conf_dir(
         f"c.ScaleLabSpawner.hadoop_conf_dir = {str(hdfs_cluster.conf_dir)!r}\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("HADOOP_CONF_DIR", "YARN_CONF_DIR")}
-    argv = [sys.executable, "-m", "scalelab", "doctor", "--quick", "--state-dir", str(tmp_path / "state")]
-    result = subprocess.run(
-        [*argv, "--port", str(free_port()), "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        check=False,
-    )
+    result = _doctor(tmp_path, env, "--config", str(config))
     web = hdfs_cluster.yarn["webapp"]
     line = f"[ ok ] YARN ResourceManager: {web}: 2 NodeManager(s), 8192 MB and 4 vcores in all"
     assert line in result.stdout, result.stdout + result.stderr

@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -31,6 +31,7 @@ from scalelab.kernels.livy import (
     sparkmagic_problem,
 )
 from tests.support.hubproc import ScaleLabUp, execute
+from tests.support.jsonhttp import JSONHandler
 from tests.support.kernelrun import Kernel
 
 LIVY_PYTHON = Path(__file__).resolve().parents[3] / ".venv-livy" / "bin" / "python"
@@ -62,22 +63,8 @@ class MockLivy(ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}"
 
 
-class _LivyHandler(BaseHTTPRequestHandler):
+class _LivyHandler(JSONHandler):
     server: MockLivy
-
-    def log_message(self, *_args: object) -> None:  # quiet
-        pass
-
-    def _reply(self, status: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _body(self) -> dict:
-        return json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
 
     def _session(self, sid: int) -> dict:
         return {
@@ -91,32 +78,32 @@ class _LivyHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         parts = self.path.strip("/").split("/")
-        body = self._body()
+        body = self.json_body()
         with self.server.lock:
             if parts == ["sessions"]:
                 sid = len(self.server.sessions_posted)
                 self.server.sessions_posted.append(body)
                 self.server.sessions[sid] = {"kind": body.get("kind", "pyspark"), "statements": []}
-                return self._reply(201, self._session(sid))
+                return self.reply(201, self._session(sid))
             if len(parts) == 3 and parts[0] == "sessions" and parts[2] == "statements":
                 session = self.server.sessions[int(parts[1])]
                 session["statements"].append(body["code"])
                 self.server.statements_posted.append(body["code"])
-                return self._reply(201, {"id": len(session["statements"]) - 1, "state": "waiting"})
-        self._reply(404, {"msg": f"mock Livy: no POST {self.path}"})
+                return self.reply(201, {"id": len(session["statements"]) - 1, "state": "waiting"})
+        self.reply(404, {"msg": f"mock Livy: no POST {self.path}"})
 
     def do_GET(self) -> None:
         parts = self.path.split("?")[0].strip("/").split("/")
         with self.server.lock:
             if parts == ["sessions"]:
                 sessions = [self._session(sid) for sid in self.server.sessions]
-                return self._reply(200, {"from": 0, "total": len(sessions), "sessions": sessions})
+                return self.reply(200, {"from": 0, "total": len(sessions), "sessions": sessions})
             if parts[0] == "sessions" and len(parts) >= 2 and int(parts[1]) in self.server.sessions:
                 sid = int(parts[1])
                 if len(parts) == 2:
-                    return self._reply(200, self._session(sid))
+                    return self.reply(200, self._session(sid))
                 if parts[2:] == ["log"]:
-                    return self._reply(200, {"id": sid, "from": 0, "total": 0, "log": []})
+                    return self.reply(200, {"id": sid, "from": 0, "total": 0, "log": []})
                 if parts[2] == "statements" and len(parts) == 4:
                     stid = int(parts[3])
                     code = self.server.sessions[sid]["statements"][stid]
@@ -125,8 +112,8 @@ class _LivyHandler(BaseHTTPRequestHandler):
                         "execution_count": stid,
                         "data": {"text/plain": f"mock Livy ran: {code}"},
                     }
-                    return self._reply(200, {"id": stid, "state": "available", "output": output})
-        self._reply(404, {"msg": f"mock Livy: no GET {self.path}"})
+                    return self.reply(200, {"id": stid, "state": "available", "output": output})
+        self.reply(404, {"msg": f"mock Livy: no GET {self.path}"})
 
     def do_DELETE(self) -> None:
         parts = self.path.strip("/").split("/")
@@ -134,8 +121,8 @@ class _LivyHandler(BaseHTTPRequestHandler):
             if len(parts) == 2 and parts[0] == "sessions":
                 self.server.deleted.append(int(parts[1]))
                 self.server.sessions.pop(int(parts[1]), None)
-                return self._reply(200, {"msg": "deleted"})
-        self._reply(404, {"msg": f"mock Livy: no DELETE {self.path}"})
+                return self.reply(200, {"msg": "deleted"})
+        self.reply(404, {"msg": f"mock Livy: no DELETE {self.path}"})
 
 
 @pytest.fixture
