@@ -755,7 +755,7 @@ def _slurm_settings(spawner_class: type, spawner: Mapping[str, Any]) -> dict | N
         "args": list(_get(spawner, "args", [])),
         "environment": {k: str(v) for k, v in dict(_get(spawner, "environment", {})).items()},
         "partitions": job_partitions(
-            list(_get(spawner, "profiles", traits["profiles"].default_value)),
+            list(_get(spawner, "profiles", traits["profiles"].default())),
             dict(_get(spawner, "slurm_profiles", {})),
             str(_get(spawner, "slurm_partition", "")),
         ),

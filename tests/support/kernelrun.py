@@ -47,6 +47,18 @@ class Kernel:
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)
 
+    def reply_to(self, msg_id: str, timeout_s: float = 60) -> dict:
+        """The shell reply to the request ``msg_id`` (sent with ``kc.execute``). Replies to
+        other requests are passed over: ``wait_for_ready`` may have sent more than one
+        ``kernel_info_request`` to a kernel slow to start, and their replies come later.
+
+        Raises ``queue.Empty`` when none comes within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            reply = self.kc.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return reply
+
     def run(self, code: str, timeout_s: float = 300) -> dict:
         """Execute ``code``; returns ``stdout``, ``stderr``, ``result`` (text/plain or None),
         ``display`` (each display_data's bundle, in order), ``error`` ((ename, evalue) or None),

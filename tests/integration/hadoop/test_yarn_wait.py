@@ -82,8 +82,7 @@ def test_a_waiting_cell_is_told_why_and_an_interrupt_cancels_the_application(
             kernel.km.interrupt_kernel()
             cancelled = _read_until(kernel, "the next use of spark starts a new one", 60)
             assert f"cancelled the waiting Spark application {waiting}" in cancelled
-            reply = kernel.kc.get_shell_msg(timeout=60)
-            assert reply["parent_header"]["msg_id"] == msg_id
+            reply = kernel.reply_to(msg_id, timeout_s=60)
             assert reply["content"]["ename"] == "KeyboardInterrupt"
             assert hdfs_cluster.resourcemanager(f"apps/{waiting}")["app"]["state"] == "KILLED"
             # Room again: the next use of spark starts a new application, which runs.

@@ -260,7 +260,7 @@ def _until_idle(kernel: Kernel, msg_id: str, timeout_s: float = 120) -> tuple[st
         elif kind == "error":
             error = content["ename"]
         elif kind == "status" and content["execution_state"] == "idle":
-            kernel.kc.get_shell_msg(timeout=timeout_s)  # its reply
+            kernel.reply_to(msg_id, timeout_s)  # its reply
             return error, stderr
 
 
