@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from scalelab.common.ports import free_port
 from scalelab.store import check_store, student_store
-from tests.unit.test_store_hdfs import _closed_port
 
 
 def test_a_real_kernel_with_a_down_namenode_starts_and_explains_at_first_use(
@@ -19,7 +19,7 @@ def test_a_real_kernel_with_a_down_namenode_starts_and_explains_at_first_use(
 ):
     from jupyter_client.manager import start_new_kernel
 
-    env = {**kernel_environment, "SCALELAB_STORE_URL": f"hdfs://127.0.0.1:{_closed_port()}/c"}
+    env = {**kernel_environment, "SCALELAB_STORE_URL": f"hdfs://127.0.0.1:{free_port()}/c"}
     km, kc = start_new_kernel(kernel_name="scalelab-pytorch", env=env, cwd=str(tmp_path))
     try:
         outputs: list[str] = []
