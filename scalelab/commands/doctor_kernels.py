@@ -166,18 +166,28 @@ async def start_kernel(
 
 
 def start_kernels(
-    names: Sequence[str], kernel_dirs: Sequence[str], env: Mapping[str, str], timeout_s: float
+    names: Sequence[str],
+    kernel_dirs: Sequence[str],
+    env: Mapping[str, str],
+    timeout_s: float,
+    ours_first: bool = False,
 ) -> dict[str, float | str]:
     """:func:`start_kernel` for each of ``names``, side by side, in one temporary folder that
-    is removed afterwards; kernel name -> seconds or why not."""
+    is removed afterwards; kernel name -> seconds or why not. ``ours_first``: ScaleLab's
+    kernelspecs as ``scalelab up`` will write them come before ``kernel_dirs``."""
+    from scalelab.kernels.specs import install_kernelspecs
 
-    async def all_of_them(folder: Path) -> list[float | str]:
+    async def all_of_them(folder: Path, dirs: list[str]) -> list[float | str]:
         return await asyncio.gather(
-            *(start_kernel(name, kernel_dirs, env, folder, timeout_s) for name in names)
+            *(start_kernel(name, dirs, env, folder, timeout_s) for name in names)
         )
 
     with tempfile.TemporaryDirectory(prefix="scalelab-doctor-kernels-") as folder:
-        return dict(zip(names, asyncio.run(all_of_them(Path(folder))), strict=True))
+        dirs = list(kernel_dirs)
+        if ours_first:
+            install_kernelspecs(folder)
+            dirs.insert(0, os.path.join(folder, "kernels"))
+        return dict(zip(names, asyncio.run(all_of_them(Path(folder), dirs)), strict=True))
 
 
 def check_kernels(
@@ -196,10 +206,11 @@ def check_kernels(
     is on the path, ScaleLab's kernels are checked as ``scalelab up`` will write them. Otherwise
     a ScaleLab kernel that no folder holds is a warning (``scalelab kernels install``).
     """
-    from scalelab.kernels.specs import FLAVOURS, install_kernelspecs, kernel_name, kernelspec
+    from scalelab.kernels.specs import FLAVOURS, kernel_name, kernelspec
 
     specs = {name: found["spec"] for name, found in visible_specs(kernelspec_path).items()}
-    if up_writes is not None and up_writes in kernelspec_path:
+    ours_written = up_writes is not None and up_writes in kernelspec_path
+    if ours_written:
         specs.update({kernel_name(f): kernelspec(f) for f in FLAVOURS})
     missing_ours = sorted(kernel_name(f) for f in FLAVOURS if kernel_name(f) not in specs)
     problems = []
@@ -223,12 +234,8 @@ def check_kernels(
                 problems.append(f"{name}: {python} has no module {', '.join(gone)}")
     started: dict[str, float | str] = {}
     if start_env is not None and not problems:
-        with tempfile.TemporaryDirectory(prefix="scalelab-doctor-specs-") as ours:
-            install_kernelspecs(ours)  # scalelab up's, where it will write them
-            dirs = kernel_dirs(kernelspec_path)
-            if up_writes is not None and up_writes in kernelspec_path:
-                dirs.insert(0, os.path.join(ours, "kernels"))
-            started = start_kernels(sorted(specs), dirs, start_env, start_timeout_s)
+        dirs = kernel_dirs(kernelspec_path)
+        started = start_kernels(sorted(specs), dirs, start_env, start_timeout_s, ours_written)
         problems += [f"{name}: {why}" for name, why in started.items() if isinstance(why, str)]
     if problems:
         return Check(

@@ -95,12 +95,12 @@ async def _ask(namespace: str, user_namespaces: bool, timeout_s: float, fix: str
 
 async def _namespace(api: Any, namespace: str, timeout_s: float) -> Check:
     from kubernetes_asyncio import client
-    from kubernetes_asyncio.client.exceptions import ApiException
 
     try:
         await asyncio.wait_for(client.CoreV1Api(api).read_namespace(namespace), timeout_s)
-    except ApiException as exc:
-        if exc.status == 404:
+    except Exception as exc:  # noqa: BLE001 - an API answer (its status) or no answer: named
+        status = getattr(exc, "status", None)
+        if status == 404:
             return Check(
                 "Kubernetes namespace",
                 FAIL,
@@ -108,7 +108,7 @@ async def _namespace(api: Any, namespace: str, timeout_s: float) -> Check:
                 f"kubectl create namespace {namespace}, or set "
                 "c.ScaleLabKubeSpawner.namespace to the course's namespace.",
             )
-        if exc.status == 403:  # a namespaced role may not read namespaces: not a fault
+        if status == 403:  # a namespaced role may not read namespaces: not a fault
             return Check(
                 "Kubernetes namespace",
                 WARN,
@@ -116,8 +116,6 @@ async def _namespace(api: Any, namespace: str, timeout_s: float) -> Check:
                 "whether it exists is unknown",
                 f"kubectl get namespace {namespace} as a cluster admin.",
             )
-        return Check("Kubernetes namespace", FAIL, f"{namespace!r}: {_reason(exc)}", "")
-    except Exception as exc:  # noqa: BLE001
         return Check("Kubernetes namespace", FAIL, f"{namespace!r}: {_reason(exc)}", "")
     return Check("Kubernetes namespace", OK, f"namespace {namespace!r} exists")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import socket
+import time
 from pathlib import Path
 
 #: Where Linux keeps the ephemeral range: two numbers, ``low high`` (inclusive).
@@ -22,9 +23,12 @@ DEFAULT_EPHEMERAL = (32768, 60999)
 #: 8020-9870, Spark's 4040-7077, LDAP 389/636).
 LOWEST = 20000
 HIGHEST = 65535
+#: Seconds a port given out stays reserved in this process: its server binds it well before,
+#: and a long-running hub does not run out of ports to give.
+RESERVED_S = 300.0
 
 _rng = random.SystemRandom()
-_given: set[int] = set()
+_given: dict[int, float] = {}  # port -> when it was given (time.monotonic())
 
 
 def ephemeral_range(text: str | None) -> tuple[int, int]:
@@ -50,19 +54,23 @@ def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free on ``host`` (an IPv4 or IPv6 address; ``""`` for all) now, outside the
     OS's ephemeral range (see the module).
 
-    Each port is returned once per process, so two calls never give the same port to two
-    servers that have not bound theirs yet. Where the ephemeral range leaves no band (or every
-    try is taken), the OS picks one (port 0), as ``jupyterhub.utils.random_port`` does.
+    A port is not returned twice in one process within :data:`RESERVED_S`, so two calls never
+    give the same port to two servers that have not bound theirs yet. Where the ephemeral range
+    leaves no band (or every try is taken), the OS picks one (port 0), as
+    ``jupyterhub.utils.random_port`` does.
     """
     try:
         text = EPHEMERAL_RANGE_FILE.read_text()
     except OSError:
         text = None
     band = pick_band(ephemeral_range(text))
+    now = time.monotonic()
+    for port in [p for p, given in _given.items() if now - given > RESERVED_S]:
+        del _given[port]
     for _ in range(64 if band else 0):
         port = _rng.choice(band)
         if port not in _given and _binds(host, port):
-            _given.add(port)
+            _given[port] = now
             return port
     with socket.socket(_family(host)) as sock:
         sock.bind((host, 0))

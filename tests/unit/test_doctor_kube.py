@@ -62,8 +62,8 @@ class FakeKubeAPI:
                 status = {"allowed": allowed, **({"reason": reason} if reason else {})}
                 return self.reply(201, {**body, "status": status})
 
-        self.port = free_port()
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)  # it binds: no race
+        self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:

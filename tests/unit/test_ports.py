@@ -61,7 +61,7 @@ def test_a_taken_port_is_not_given(monkeypatch):
         choices = iter([taken, taken, free])
         monkeypatch.setattr(ports, "pick_band", lambda _ephemeral: range(1024, 65536))
         monkeypatch.setattr(ports._rng, "choice", lambda _band: next(choices))
-        monkeypatch.setattr(ports, "_given", set())
+        monkeypatch.setattr(ports, "_given", {})
         assert free_port() == free  # the taken port was tried twice and passed over
 
 
@@ -82,3 +82,15 @@ def test_ipv6_hosts_get_an_ipv6_probe():
         pytest.skip(f"no ::1 here: {exc}")
     with socket.socket(socket.AF_INET6) as sock:
         sock.bind(("::1", port))
+
+
+def test_a_given_port_is_reserved_for_a_while_then_forgotten(monkeypatch):
+    """A hub that runs for a term gives thousands of ports: it must not run out of them."""
+    clock = [1000.0]
+    monkeypatch.setattr(ports.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(ports, "_given", {})
+    first = free_port()
+    assert first in ports._given
+    clock[0] += ports.RESERVED_S + 1
+    free_port()
+    assert first not in ports._given  # forgotten: its server has long bound it
