@@ -24,6 +24,9 @@ debs+=(python3-venv)
 #    Slurm's accounting (sacct). tests/support/slurmcluster.py starts a two-node cluster of them.
 debs+=(slurm-wlm slurmctld slurmd slurm-client slurmdbd munge)
 debs+=(mariadb-server-core mariadb-client-core)
+#    sudo: batchspawner's exec_prefix (`sudo -E -u {username}`) submits each student's job as
+#    their own cluster account; tests/integration/slurm/test_slurm_sudo.py tries a real rule.
+debs+=(sudo)
 #    OpenLDAP's server and tools: the sign-in tests start a directory of their own (no service).
 debs+=(slapd ldap-utils)
 command -v npm >/dev/null || debs+=(nodejs npm)

@@ -108,6 +108,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="look at each kernel's program and modules without starting the kernel",
     )
+    doctor.add_argument(
+        "--student",
+        default="",
+        help="a student to try a Slurm spawner's exec_prefix as (default: the first of "
+        "c.Authenticator.allowed_users)",
+    )
     sub.add_parser("config-reference", help="print the configuration reference (Markdown)")
     _add_labs_parser(sub)
     _add_end_of_term_parser(sub)
@@ -207,6 +213,7 @@ def _doctor(args: argparse.Namespace) -> int:
             store_url=args.store,
             config_file=args.config,
             quick=args.quick,
+            student=args.student,
         )
     except (OSError, SyntaxError) as exc:
         raise UsageError(f"cannot read the configuration: {exc}") from None

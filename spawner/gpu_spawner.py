@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import sqlalchemy
 from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PrefixLoader, select_autoescape
-from jupyterhub.spawner import Spawner, SpawnException
+from jupyterhub.spawner import Spawner
 from tornado import web
 from traitlets import Dict, Float, List, Type, Unicode, default
 from traitlets.config import Config
@@ -47,7 +47,7 @@ from scalelab.spawner.profiles import (
 from scalelab.spawner.queue import DEFAULT_FAIR_SHARE_S_PER_GPU_HOUR
 from scalelab.spawner.refusals import OptionsRefused, refuse
 from scalelab.spawner.spark_grants import SparkGrant
-from scalelab.spawner.start_watch import describe_exit
+from scalelab.spawner.start_watch import describe_exit, spawn_failure
 from scalelab.templates import templates_dir
 
 #: Version of the ``scalelab`` section in the spawner state.
@@ -454,13 +454,11 @@ class GPUSpawnerMixin(Spawner):
                 f"waiting page was closed for over {grace:.0f} s. Start your server again to "
                 "queue anew (or start it without GPUs)."
             )
-            withdrawn = SpawnException(
+            raise spawn_failure(
                 message,
                 reason="gpu_request_abandoned",
                 log_message=f"{self.server_key}: {exc} (ScaleLabSpawner.gpu_abandon_timeout)",
-            )
-            withdrawn.jupyterhub_message = message  # what the student's next visit shows
-            raise withdrawn from None
+            ) from None
         if request.gpus:
             QUEUE_WAIT.observe(time.monotonic() - asked)
         if self._holding.gpus:

@@ -17,11 +17,11 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from batchspawner import JobStatus, SlurmSpawner
-from jupyterhub.spawner import SpawnException
 from traitlets import Dict, Float, Unicode, default, observe, validate
 
 from scalelab.common.gpu_inventory import GPU, GPUInventory
@@ -47,6 +47,8 @@ from scalelab.spawner.slurm_jobs import (
     sbatch_directives,
     submission_problem,
 )
+
+T = TypeVar("T")
 
 #: Keys of one entry of ``slurm_profiles``.
 PROFILE_KEYS = frozenset({"partition", "qos", "time", "account", "options"})
@@ -409,17 +411,46 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
         self._job = None
         self._ended = None
         self._node_addr = ""
-        if self.home_root:
-            Path(self.req_homedir).mkdir(parents=True, exist_ok=True)
+        self._make_home()
         try:
             return await self._start_job()
         except RuntimeError as exc:
             if self._ended is None:
                 raise
             message = f"Your server's job ended before it started: {describe_end(self._ended)}."
-            raise SpawnException(
+            raise start_watch.spawn_failure(
                 message, reason="slurm_job_ended", log_message=f"{self.server_key}: {exc}"
             ) from None
+
+    def _make_home(self) -> None:
+        """Make the student's home under ``home_root`` when jobs run as the hub's own user; with
+        an ``exec_prefix`` (jobs as the student's account) only check that it is there: one the
+        hub made would be its user's, where the student's job cannot write its log.
+
+        Raises
+        ------
+        SpawnException
+            The student's home under ``home_root`` is missing and jobs run as the student.
+        """
+        if not self.home_root:
+            return
+        home = Path(self.req_homedir)
+        if not self.exec_prefix.split():
+            home.mkdir(parents=True, exist_ok=True)
+            return
+        if home.is_dir():
+            return
+        raise start_watch.spawn_failure(
+            f"Your home folder {home} does not exist on the cluster, and your server's job runs "
+            "as your own cluster account, which needs it. Ask the course's operators to make it.",
+            reason="slurm_no_home",
+            log_message=(
+                f"{self.server_key}: {home} is missing. With c.ScaleLabSlurmSpawner.exec_prefix = "
+                f"{self.exec_prefix!r} jobs run as the student's account, whose home the "
+                "cluster provides: make it, owned by that account, or set home_root = '' for the "
+                "accounts' own homes"
+            ),
+        )
 
     async def _start_job(self) -> tuple[str, int]:
         """batchspawner's ``start`` (submit, poll the job every ``startup_poll_interval`` seconds
@@ -464,9 +495,11 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
         self.ip = self.state_gethost()
         # batchspawner-singleuser posts the port (POST /hub/api/batchspawner) before it starts
         # the server; the hub's start_timeout bounds this wait, as batchspawner's own.
-        await self._port_known.wait()
+        await self._while_running(self._port_known.wait())
         posted = time.monotonic() - submitted
-        listening = await self.wait_listening(self.ip or "127.0.0.1", self.port)
+        listening = await self._while_running(
+            self.wait_listening(self.ip or "127.0.0.1", self.port)
+        )
         self.log.info(
             "Notebook server job %s started at %s:%s (seconds after sbatch: running %.2f, port "
             "posted %.2f, %s %.2f)",
@@ -479,6 +512,29 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
             time.monotonic() - submitted,
         )
         return self.ip, self.port
+
+    async def _while_running(self, wait: Awaitable[T]) -> T:
+        """``wait``'s result, looking at the job every ``startup_poll_interval`` seconds
+        meanwhile: a server that fails after its job started (a crash at import, a store it
+        cannot open) ends the wait at once, not after the hub's timeout.
+
+        Raises
+        ------
+        RuntimeError
+            The job left Slurm's queue first (:meth:`query_job_status` has read why, which
+            :meth:`start` tells).
+        """
+        waiting = asyncio.ensure_future(wait)
+        try:
+            while True:
+                done, _ = await asyncio.wait({waiting}, timeout=self.startup_poll_interval)
+                if done:
+                    return waiting.result()
+                status = await self.query_job_status()
+                if status not in (JobStatus.RUNNING, JobStatus.UNKNOWN):
+                    raise RuntimeError(f"job {self.job_id} ended before its server listened")
+        finally:
+            waiting.cancel()
 
     @observe("port")
     def _port_changed(self, change) -> None:

@@ -80,6 +80,15 @@ def _killed_by(number: int) -> str:
     return f"killed by {sig.name}, {meaning}" if meaning else f"killed by {sig.name}"
 
 
+def spawn_failure(message: str, reason: str, log_message: str) -> SpawnException:
+    """A :class:`~jupyterhub.spawner.SpawnException` whose ``message`` the student reads (the
+    pending page, the progress events, their next visit) and whose ``log_message``, for the
+    operators, only the hub's log has; ``reason`` labels the spawn failure metric."""
+    failure = SpawnException(message, reason=reason, log_message=log_message)
+    failure.jupyterhub_message = message  # JupyterHub's progress shows it, not str(failure)
+    return failure
+
+
 class StartFailed(SpawnException):
     """A server's start failed: its process ended, or it never listened on its port; the
     message says how and why.

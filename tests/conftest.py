@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -139,7 +141,7 @@ def hdfs_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HadoopTes
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmTestCluster]:
+def slurm_cluster() -> Iterator[SlurmTestCluster]:
     """A real Slurm (munged, slurmctld, slurmd ``n1`` and ``n2``, 2 GPUs each as GRES), started
     once per test run (about 6 s with its accounting: MariaDB and slurmdbd) and stopped at its
     end, also when tests fail.
@@ -155,12 +157,17 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmTes
         )
     if os.geteuid() != 0:
         pytest.skip("the Slurm test cluster needs root (slurmd, mknod of its GPU device nodes)")
-    cluster = SlurmTestCluster(tmp_path_factory.mktemp("slurm"))
+    # Outside pytest's own temporary folder (its user's alone): the students' cluster accounts
+    # of test_slurm_sudo.py read slurm.conf and reach MUNGE's socket, as on a real cluster.
+    root = Path(tempfile.mkdtemp(prefix="scalelab-slurm-"))
+    root.chmod(0o755)
+    cluster = SlurmTestCluster(root)
     try:
         cluster.start()
         yield cluster
     finally:
         cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -723,7 +723,7 @@ def load_settings(
         hadoop_conf_dir=_get(spawner, "hadoop_conf_dir", ""),
         kernelspec_path=tuple(_get(spawner, "kernelspec_path", ())),
         spawner=spawner_class.__name__,
-        slurm=_slurm_settings(spawner_class, spawner),
+        slurm=_slurm_settings(spawner_class, spawner, _get(c.Authenticator, "allowed_users", ())),
         kube=_kube_settings(spawner_class, spawner),
         system_user_prefix=_get(spawner, "system_user_prefix", DEFAULT_PREFIX),
     )
@@ -741,8 +741,11 @@ def _spawner_class(c: Any) -> type:
         return ScaleLabSpawner
 
 
-def _slurm_settings(spawner_class: type, spawner: Mapping[str, Any]) -> dict | None:
-    """What the Slurm checks read, for a Slurm spawner; else None."""
+def _slurm_settings(
+    spawner_class: type, spawner: Mapping[str, Any], allowed_users: Any
+) -> dict | None:
+    """What the Slurm checks read, for a Slurm spawner (the student the ``exec_prefix`` is
+    tried as: the first of ``allowed_users``, or none); else None."""
     from scalelab.spawner.slurm import ScaleLabSlurmSpawner
 
     if not issubclass(spawner_class, ScaleLabSlurmSpawner):
@@ -759,6 +762,7 @@ def _slurm_settings(spawner_class: type, spawner: Mapping[str, Any]) -> dict | N
             dict(_get(spawner, "slurm_profiles", {})),
             str(_get(spawner, "slurm_partition", "")),
         ),
+        "student": min(allowed_users or [""]),
     }
 
 
@@ -825,10 +829,12 @@ def doctor_checks(
     config_file: str | None = None,
     env: Mapping[str, str] | None = None,
     quick: bool = False,
+    student: str = "",
 ) -> list[Check]:
     """Every check, the configuration first; the others on the operator's settings, or on
     ScaleLab's defaults when ``config_file`` cannot be loaded at all. ``quick``: the kernels'
-    programs and modules are looked at, the kernels not started (seconds saved).
+    programs and modules are looked at, the kernels not started (seconds saved). ``student``:
+    whom a Slurm spawner's ``exec_prefix`` is tried as (default: the first allowed user).
 
     Raises
     ------
@@ -843,6 +849,8 @@ def doctor_checks(
         settings = load_settings(state_dir, config_file=config_file, **where)
     except ConfigProblem:  # already reported by the Configuration check
         settings = load_settings(state_dir, **where)
+    if student and settings.slurm is not None:
+        settings = replace(settings, slurm={**settings.slurm, "student": student})
     return [config, *run_checks(settings, env, start_kernels=not quick)]
 
 

@@ -3,13 +3,15 @@
 Slurm's client commands on the hub's ``PATH``, Slurm's controller answering (``scontrol ping``,
 with the ``SLURM_CONF`` the spawner's ``environment`` gives), each partition the profiles' jobs
 go to (up, and with ``gpu`` GRES where a GPU profile's jobs go: ``sinfo``), and the way jobs are
-submitted (the hub's own start-up check: sudo installed, no root servers by accident). Each
-looks only; none submits a job.
+submitted (the hub's own start-up check: sudo installed, no root servers by accident), and
+that ``exec_prefix`` tried as a student (each command's ``--version`` through it). Each looks
+only; none submits a job.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -19,8 +21,16 @@ from scalelab.commands.doctor_report import FAIL, OK, WARN, Check
 
 #: The commands the spawner runs; ``sacct`` only to tell how a job ended.
 NEEDED = ("sbatch", "squeue", "scancel", "scontrol")
-#: Seconds ``scontrol ping`` may take.
+#: Seconds ``scontrol ping`` may take (and each command tried through ``exec_prefix``).
 PING_TIMEOUT_S = 20.0
+
+#: The fix of a prefix that cannot run Slurm's commands as a student (``{user}``: the hub's).
+SUDO_FIX = (
+    "Let the hub's user run them as the students without a password, e.g. in "
+    "/etc/sudoers.d/jupyterhub (visudo -f): {user} ALL=(%students) NOPASSWD:SETENV: "
+    "/usr/bin/sbatch, /usr/bin/squeue, /usr/bin/scancel; and run the doctor as that user. See "
+    "docs/operators-guide.md, Slurm."
+)
 
 
 def check_slurm_commands(env: Mapping[str, str]) -> Check:
@@ -162,20 +172,72 @@ def check_submission(exec_prefix: str, args: Sequence[str]) -> Check:
     return Check("Slurm jobs", OK, f"submitted {how}")
 
 
+def prefixed(exec_prefix: str, student: str, argv: Sequence[str]) -> list[str]:
+    """The command batchspawner runs for ``argv`` as ``student``: ``exec_prefix`` with its
+    ``{username}``, and sudo's ``-n`` (never ask for a password) after a leading sudo (pure)."""
+    words = [w.replace("{username}", student) for w in exec_prefix.split()]
+    if words and os.path.basename(words[0]) == "sudo":
+        words.insert(1, "-n")
+    return [*words, *argv]
+
+
+def check_prefix_as_student(exec_prefix: str, student: str, env: Mapping[str, str]) -> Check:
+    """``exec_prefix`` runs ``sbatch``, ``squeue`` and ``scancel`` as ``student`` without a
+    password: each command's ``--version`` (prints its version, changes nothing) through the
+    prefix, as the user running the doctor (the hub's user, to be meaningful). An empty
+    ``student``: a warning, nothing run."""
+    name = "Slurm jobs as a student"
+    if not student:
+        return Check(
+            name,
+            WARN,
+            f"exec_prefix = {exec_prefix!r} not tried: no student named",
+            "Name one with scalelab doctor --student NAME (or set c.Authenticator.allowed_users).",
+        )
+    me = _user_name()
+    for command in ("sbatch", "squeue", "scancel"):
+        argv = prefixed(exec_prefix, student, [command, "--version"])
+        try:
+            out = subprocess.run(
+                argv, env=dict(env), capture_output=True, text=True, timeout=PING_TIMEOUT_S,
+                stdin=subprocess.DEVNULL, check=False,
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return Check(name, FAIL, f"{' '.join(argv)}: {exc}", SUDO_FIX.format(user=me))
+        if out.returncode != 0:
+            said = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["no output"]
+            detail = f"{me} ran {' '.join(argv)}: exit {out.returncode}: {said[0]}"
+            return Check(name, FAIL, detail, SUDO_FIX.format(user=me))
+    return Check(name, OK, f"{me} runs sbatch, squeue and scancel as {student} ({exec_prefix})")
+
+
+def _user_name() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
+
+
 def slurm_checks(
     exec_prefix: str,
     args: Sequence[str],
     environment: Mapping[str, str],
     env: Mapping[str, str],
     partitions: Mapping[str, bool] | None = None,
+    student: str = "",
 ) -> list[Check]:
     """Every Slurm check; ``environment`` is the spawner's (its ``SLURM_CONF`` wins over
     ``env``'s, as in the jobs' commands); ``partitions`` from :func:`job_partitions` (None: the
-    default partition, for CPU jobs). Never raises."""
+    default partition, for CPU jobs); ``student``, whom the ``exec_prefix`` is tried as (empty:
+    a warning). Never raises."""
     slurm_env = {**env, **{k: v for k, v in environment.items() if k == "SLURM_CONF"}}
     commands = check_slurm_commands(slurm_env)
     controller = check_slurm_controller(slurm_env)
     checks = [commands, controller]
     if commands.status != FAIL and controller.status != FAIL:  # else sinfo says nothing new
         checks.append(check_partitions(partitions or {"": False}, slurm_env))
-    return [*checks, check_submission(exec_prefix, args)]
+    submission = check_submission(exec_prefix, args)
+    checks.append(submission)
+    if exec_prefix.split() and submission.status != FAIL and commands.status != FAIL:
+        checks.append(check_prefix_as_student(exec_prefix, student, slurm_env))
+    return checks

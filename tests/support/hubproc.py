@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import pwd
 import queue
 import secrets
 import signal
@@ -325,12 +326,18 @@ class PlainHub:
         self.proc: subprocess.Popen | None = None
         self.log = open(state / "hub.log", "ab")
 
-    def start(self) -> None:
+    def start(self, user: str | None = None) -> None:
+        """Start the hub (as the system user ``user``, when given: the test runs as root) and
+        wait until its API answers (120 s)."""
         env = {**os.environ, "SCALELAB_PASSWORD": self.password}
+        as_user = {}
+        if user is not None:
+            env["HOME"] = str(self.state)
+            as_user = {"user": user, "group": pwd.getpwnam(user).pw_gid, "extra_groups": []}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyterhub", "-f", str(self.config)],
             cwd=self.state, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True, **as_user,
         )  # fmt: skip
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

@@ -242,7 +242,7 @@ PartitionName={PARTITION} Nodes={",".join(NODES)} Default=YES DefaultTime=60 Sta
     def stop(self) -> None:
         """Cancel every job, then end every daemon (SIGTERM; SIGKILL after 10 s)."""
         if self.conf.exists():
-            subprocess.run(["scancel", "--full", "-u", "root"], env=self.env, check=False,
+            subprocess.run(["scancel", "--full", "-p", PARTITION], env=self.env, check=False,
                            capture_output=True, timeout=30)  # fmt: skip
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:  # servers end with their jobs, before slurmd

@@ -2,7 +2,8 @@
 
 A test file is one unit of work (its module fixtures are made once), with three exceptions:
 every file whose tests take the ``hdfs_cluster`` fixture is in the unit ``hadoop-cluster`` (one
-HDFS and YARN test cluster a run), every file that makes students' system users
+HDFS and YARN test cluster a run), every file whose tests or fixtures take ``slurm_cluster`` in
+``slurm-cluster`` (one Slurm test cluster a run), every file that makes students' system users
 (``tests.support.sysusers``) in ``system-users`` (they make and remove the same users), and each
 test of ``labs/`` is a unit of its own (a lab's run shares nothing with another's).
 
@@ -23,9 +24,12 @@ TESTS = Path(__file__).resolve().parents[1]
 #: Units that start first, longest first (minutes each in ``--durations``): the run ends
 #: sooner when no worker is left alone with one of them at the end.
 FIRST = (
-    "labs/", "hadoop-cluster", "integration/slurm/", "browser/", "integration/hadoop/",
+    "labs/", "hadoop-cluster", "slurm-cluster", "browser/", "integration/hadoop/",
     "integration/spark/",
 )  # fmt: skip
+
+#: The session fixture of each test cluster, and the unit of the files that take it.
+CLUSTER_UNITS = {"hdfs_cluster": "hadoop-cluster", "slurm_cluster": "slurm-cluster"}
 
 
 @functools.cache
@@ -35,10 +39,10 @@ def _file_unit(relative: str) -> str:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "tests.support.sysusers":
             return "system-users"
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
-            arg.arg == "hdfs_cluster" for arg in node.args.args
-        ):
-            return "hadoop-cluster"
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for arg in node.args.args:
+                if arg.arg in CLUSTER_UNITS:
+                    return CLUSTER_UNITS[arg.arg]
     return relative
 
 

@@ -19,6 +19,7 @@ from scalelab.spawner.start_watch import (
     full_disk_path,
     log_tail,
     redact,
+    spawn_failure,
     wait_listening,
 )
 
@@ -132,3 +133,11 @@ def test_the_wait_gives_up_after_its_timeout():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_spawn_failure_shows_the_student_its_message_and_logs_the_operators_line():
+    failure = spawn_failure("Your home is missing.", "slurm_no_home", "alice/: /homes/alice")
+    assert failure.jupyterhub_message == "Your home is missing."  # pending page, progress
+    assert failure.reason == "slurm_no_home"  # the spawn failure metric's label
+    assert failure.log_message == "alice/: /homes/alice"
+    assert "/homes/alice" not in failure.jupyterhub_message

@@ -42,6 +42,9 @@ def test_files_that_share_a_cluster_or_system_users_are_one_unit_and_each_lab_it
     assert unit_of(kerberos) == "integration/hadoop/test_store_kerberos.py"
     assert unit_of("tests/integration/hub/test_isolation.py::a") == "system-users"
     assert unit_of("tests/integration/s3/test_isolation_s3.py::b") == "system-users"
+    # the hub fixture takes slurm_cluster: one Slurm test cluster for both files
+    assert unit_of("tests/integration/slurm/test_slurm_hub.py::a") == "slurm-cluster"
+    assert unit_of("tests/integration/slurm/test_slurm_sudo.py::b") == "slurm-cluster"
     lab1, lab2 = "tests/labs/test_labs.py::test_lab1", "tests/labs/test_labs.py::test_lab2"
     assert unit_of(lab1) != unit_of(lab2)
     assert unit_of("tests/unit/test_kube.py::x") == unit_of("tests/unit/test_kube.py::y")

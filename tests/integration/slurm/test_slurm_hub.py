@@ -31,18 +31,30 @@ DECLARED = {"GPU-node-0": [0.0, 512], "GPU-node-1": [87.5, 30000]}
 PENDING_SCREENSHOT = REPO / "docs" / "screenshot-slurm-pending.png"
 
 
-def slurm_config(cluster: SlurmTestCluster, state: Path, extra: str = "") -> str:
-    """The operator's configuration of a hub whose servers are jobs of ``cluster``."""
+def slurm_config(
+    cluster: SlurmTestCluster,
+    state: Path,
+    extra: str = "",
+    *,
+    root_jobs: bool = True,
+    shared: Path | None = None,
+) -> str:
+    """The operator's configuration of a hub whose servers are jobs of ``cluster``: the homes
+    and the store in ``shared`` (default ``state``); ``root_jobs``: jobs submitted as the hub's
+    user, root (no ``exec_prefix``, ``--allow-root``), else through batchspawner's default
+    ``sudo -E -u {username}``."""
+    shared = shared or state
+    as_root = (
+        'c.ScaleLabSlurmSpawner.exec_prefix = ""\nc.ScaleLabSlurmSpawner.args = ["--allow-root"]\n'
+    )
     return (
         'c.JupyterHub.spawner_class = "scalelab.spawner.slurm.ScaleLabSlurmSpawner"\n'
-        f"c.ScaleLabSlurmSpawner.store_url = {(state / 'store').as_uri()!r}\n"
+        f"c.ScaleLabSlurmSpawner.store_url = {(shared / 'store').as_uri()!r}\n"
         f"c.ScaleLabSlurmSpawner.kernelspec_path = [{str(state / 'share' / 'jupyter')!r}]\n"
-        f"c.ScaleLabSlurmSpawner.home_root = {str(state / 'homes')!r}\n"
+        f"c.ScaleLabSlurmSpawner.home_root = {str(shared / 'homes')!r}\n"
         'c.ScaleLabSlurmSpawner.gpu_queue_file = ""\n'
-        # the tests run as root: jobs are root's (no sudo), and so are the servers
-        'c.ScaleLabSlurmSpawner.exec_prefix = ""\n'
-        'c.ScaleLabSlurmSpawner.args = ["--allow-root"]\n'
-        f"c.ScaleLabSlurmSpawner.environment = {{'SLURM_CONF': {str(cluster.conf)!r}}}\n"
+        + (as_root if root_jobs else "")
+        + f"c.ScaleLabSlurmSpawner.environment = {{'SLURM_CONF': {str(cluster.conf)!r}}}\n"
         'c.ScaleLabSlurmSpawner.slurm_time_limit = "30"\n'
         "c.ScaleLabSlurmSpawner.poll_interval = 2\n"
         "c.ScaleLabSlurmSpawner.startup_poll_interval = 0.5\n"

@@ -1,0 +1,265 @@
+"""The operators' guide's Slurm configuration as written: batchspawner's default ``exec_prefix``
+(``sudo -E -u {username}``), a hub run by an unprivileged user of its own, a real sudoers rule
+in ``/etc/sudoers.d`` that lets that user run ``sbatch``, ``squeue`` and ``scancel`` as the
+students and nothing else, and a cluster account per student with a home on the "shared file
+system" (a folder here). Jobs, servers and kernels are then the students' own.
+
+Runs on the real Slurm of tests/support/slurmcluster.py and Debian's ``sudo``; needs root (it
+makes the accounts and the rule, and removes them at the end)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+from scalelab.commands.identity import blocked_for_others, install_paths
+from scalelab.common.ports import free_port
+from tests.integration.slurm.test_slurm_hub import slurm_config
+from tests.support.hubproc import PlainHub, progress_events
+from tests.support.slurmcluster import PARTITION, SlurmTestCluster
+
+#: The hub's own user, and the students' cluster accounts (JupyterHub's names are the same).
+HUB_USER = "slt-hub"
+STUDENTS = ("slt-erin", "slt-finn")
+#: A student whose cluster account has no home on the shared file system.
+HOMELESS = "slt-gail"
+#: A student with a home but no folder in the course store, which their server cannot make:
+#: the server fails after its job started.
+STORELESS = "slt-hal"
+SLURM_COMMANDS = ("sbatch", "squeue", "scancel")
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="makes system users and a sudoers rule: root"),
+    pytest.mark.skipif(shutil.which("sudo") is None, reason="sudo: ./install.sh installs it"),
+    pytest.mark.skipif(
+        blocked_for_others(install_paths()) is not None,
+        reason="the students' accounts cannot run this checkout's Python; clone elsewhere",
+    ),
+]
+
+
+def sudoers_rule() -> str:
+    """The rule of the operators' guide (Slurm, jobs as the student), for the test's users."""
+    commands = ", ".join(shutil.which(c) or c for c in SLURM_COMMANDS)
+    students = ",".join((*STUDENTS, HOMELESS, STORELESS))
+    return f"{HUB_USER} ALL=({students}) NOPASSWD:SETENV: {commands}\n"
+
+
+def _own_folder(path: Path, owner: str) -> None:
+    path.mkdir(mode=0o700, parents=True)
+    shutil.chown(path, owner, owner)
+
+
+def _useradd(name: str, home: Path | None) -> None:
+    subprocess.run(["userdel", name], capture_output=True, check=False)  # a failed run's
+    where = ["--home-dir", str(home)] if home else ["--no-create-home"]
+    subprocess.run(
+        ["useradd", "--system", "--user-group", "--shell", "/bin/bash", *where, name],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    if home is not None:
+        _own_folder(home, name)
+
+
+@pytest.fixture(scope="module")
+def accounts() -> Iterator[Path]:
+    """The accounts, their homes under ``<folder>/homes`` and the sudoers rule; the folder."""
+    base = Path(tempfile.mkdtemp(prefix="scalelab-sudo-"))
+    base.chmod(0o755)
+    (base / "homes").mkdir(mode=0o755)
+    (base / "store" / "home").mkdir(mode=0o755, parents=True)
+    rule = Path("/etc/sudoers.d") / f"scalelab-tests-{os.getpid()}"
+    try:
+        _useradd(HUB_USER, None)
+        for student in STUDENTS:  # a home and a folder in the course store, as a cluster's
+            _useradd(student, base / "homes" / student)
+            _own_folder(base / "store" / "home" / student, student)
+        _useradd(HOMELESS, None)
+        _useradd(STORELESS, base / "homes" / STORELESS)
+        draft = base / "sudoers"
+        draft.write_text(sudoers_rule())
+        subprocess.run(["visudo", "-c", "-q", "-f", str(draft)], check=True)
+        shutil.copyfile(draft, rule)
+        rule.chmod(0o440)
+        yield base
+    finally:
+        rule.unlink(missing_ok=True)
+        for name in (HUB_USER, *STUDENTS, HOMELESS, STORELESS):
+            subprocess.run(["userdel", name], capture_output=True, check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def hub(slurm_cluster: SlurmTestCluster, accounts: Path) -> Iterator[PlainHub]:
+    state = accounts / "state"
+    state.mkdir(mode=0o755)
+    # the guide's prefix (batchspawner's default) and no --allow-root; homes and store where
+    # the students' accounts have theirs
+    config = slurm_config(slurm_cluster, state, root_jobs=False, shared=accounts)
+    assert "exec_prefix" not in config and "allow-root" not in config
+    plain = PlainHub(state, config)
+    for path in (state, *state.rglob("*")):
+        shutil.chown(path, HUB_USER, HUB_USER)
+    env = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(slurm_cluster.conf)  # the hub's own squeue and scontrol
+    try:
+        plain.start(user=HUB_USER)
+        yield plain
+    finally:
+        plain.close()
+        if env is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = env
+        slurm_cluster.command("scancel", "--full", "-p", PARTITION)
+
+
+def _server_process(user: str) -> psutil.Process:
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+            argv = proc.cmdline()
+            # the server, not srun, the job step's launcher (also the student's, with the
+            # server's command line)
+            if env.get("JUPYTERHUB_USER") == user and "jupyterhub-singleuser" in " ".join(argv):
+                if proc.name() != "srun":
+                    return proc
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    raise AssertionError(f"no running server of {user}")
+
+
+def _wait(hub: PlainHub, user: str, ready: bool, timeout_s: float = 120) -> None:
+    """Until ``user``'s server is ready (``ready``) or gone (not ``ready``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        server = hub.api("GET", f"/users/{user}").json()["servers"].get("")
+        if (ready and server and server["ready"]) or (not ready and not server):
+            return
+        time.sleep(0.5)
+    log = (hub.state / "hub.log").read_text(errors="replace")[-4000:]
+    raise AssertionError(f"{user}'s server never got {'ready' if ready else 'stopped'}:\n{log}")
+
+
+def _jobs_of(cluster: SlurmTestCluster, account: str) -> list[str]:
+    """The ids of the jobs of ``account`` in Slurm's queue."""
+    return cluster.command("squeue", "-h", "-u", account, "-o", "%i").split()
+
+
+def test_the_hub_user_may_run_slurms_commands_as_students_and_nothing_else(accounts: Path):
+    def as_hub(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["sudo", "-n", "-u", HUB_USER, "--", "sudo", "-n", *argv],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+
+    allowed = as_hub("-l", "-u", STUDENTS[0], shutil.which("sbatch") or "sbatch")
+    assert allowed.returncode == 0, allowed.stderr
+    # not a shell as a student, nor Slurm's commands as root
+    assert as_hub("-u", STUDENTS[0], "/bin/sh", "-c", "id").returncode != 0
+    assert as_hub("-u", "root", shutil.which("squeue") or "squeue").returncode != 0
+
+
+def test_a_students_job_server_and_kernel_are_their_own_and_stop_cancels_it(
+    hub: PlainHub, slurm_cluster: SlurmTestCluster
+):
+    student = STUDENTS[0]
+    assert hub.api("POST", f"/users/{student}").status_code == 201
+    started = hub.api("POST", f"/users/{student}/server", json={"user_options": {"profile": "cpu"}})
+    assert started.status_code in (201, 202), started.text
+    _wait(hub, student, ready=True)
+    uid = pwd.getpwnam(student).pw_uid
+    proc = _server_process(student)
+    assert proc.uids().real == uid
+    # Slurm's own record: the job was submitted by (and runs as) the student's account
+    assert len(_jobs_of(slurm_cluster, student)) == 1
+    assert _jobs_of(slurm_cluster, HUB_USER) == []
+    home = Path(pwd.getpwnam(student).pw_dir)
+    logs = list(home.glob("jupyterhub_slurmspawner_*.log"))
+    assert logs and all(log.stat().st_uid == uid for log in logs)
+    # a kernel of the server is the student's too
+    token = hub.api("POST", f"/users/{student}/tokens", json={"expires_in": 600}).json()["token"]
+    url = f"{hub.url}/user/{student}/api/kernels"
+    made = requests.post(url, headers={"Authorization": f"token {token}"}, json={}, timeout=120)
+    assert made.status_code == 201, made.text
+    kernel_id = made.json()["id"]  # in the name of the kernel's connection file
+    kernels = [k for k in proc.children(recursive=True) if kernel_id in " ".join(k.cmdline())]
+    assert kernels and all(k.uids().real == uid for k in kernels)
+    # Stop: scancel through sudo as the student ends the job
+    assert hub.api("DELETE", f"/users/{student}/server").status_code in (202, 204)
+    _wait(hub, student, ready=False, timeout_s=60)
+    deadline = time.monotonic() + 30
+    while _jobs_of(slurm_cluster, student):
+        assert time.monotonic() < deadline, slurm_cluster.jobs()
+        time.sleep(0.5)
+
+
+def test_a_student_without_a_home_on_the_cluster_is_told_and_nothing_is_made(
+    hub: PlainHub, accounts: Path, slurm_cluster: SlurmTestCluster
+):
+    assert hub.api("POST", f"/users/{HOMELESS}").status_code == 201
+    hub.api("POST", f"/users/{HOMELESS}/server", json={"user_options": {"profile": "cpu"}})
+    home = accounts / "homes" / HOMELESS
+    events = progress_events(hub, HOMELESS, until=lambda event: event.get("failed"))
+    told = events[-1]["message"]
+    assert f"Your home folder {home} does not exist" in told, events
+    assert "exec_prefix" in (hub.state / "hub.log").read_text(errors="replace")
+    assert not home.exists()  # not made by the hub's user, whose it would be
+    assert _jobs_of(slurm_cluster, HOMELESS) == []  # nothing submitted
+
+
+def test_a_server_that_fails_after_its_job_started_is_told_with_slurms_end(
+    hub: PlainHub, slurm_cluster: SlurmTestCluster
+):
+    """Not after the hub's http_timeout: the spawner watches the job while it waits for the
+    server's port."""
+    assert hub.api("POST", f"/users/{STORELESS}").status_code == 201
+    hub.api("POST", f"/users/{STORELESS}/server", json={"user_options": {"profile": "cpu"}})
+    events = progress_events(hub, STORELESS, until=lambda event: event.get("failed"))
+    told = events[-1]["message"]
+    assert "Your server's job ended before it started" in told, events
+    assert "FAILED" in told or "exit code 1" in told, told
+    log = (hub.state / "hub.log").read_text(errors="replace")
+    assert "ended before its server listened" in log
+    assert _jobs_of(slurm_cluster, STORELESS) == []
+
+
+def test_scalelab_doctor_run_as_the_hubs_user_tries_the_prefix_as_a_student(
+    hub: PlainHub, accounts: Path
+):
+    """``sbatch``, ``squeue`` and ``scancel --version`` through the prefix: passes for a student
+    of the rule, fails naming sudo's refusal and the rule to write for one outside it."""
+
+    def doctor(student: str) -> tuple[int, str]:
+        argv = [sys.executable, "-m", "scalelab", "doctor", "--quick", "--student", student]
+        result = subprocess.run(
+            [*argv, "--state-dir", str(accounts / "doctor-state"),
+             "--config", str(hub.state / "ops_config.py"), "--port", str(free_port())],
+            capture_output=True, text=True, timeout=600, check=False, user=HUB_USER,
+            group=HUB_USER, extra_groups=[], cwd=accounts,
+            env={**os.environ, "HOME": str(accounts)},
+        )  # fmt: skip
+        return result.returncode, result.stdout + result.stderr
+
+    _, out = doctor(STUDENTS[1])
+    assert (
+        f"[ ok ] Slurm jobs as a student: {HUB_USER} runs sbatch, squeue and scancel as "
+        f"{STUDENTS[1]} (sudo -E -u {{username}})" in out.splitlines()
+    ), out
+    code, out = doctor("root")
+    assert code == 1
+    [line] = [line for line in out.splitlines() if line.startswith("[FAIL] Slurm jobs as a")]
+    assert line.startswith(f"[FAIL] Slurm jobs as a student: {HUB_USER} ran sudo -n -E -u root ")
+    assert line.endswith(": exit 1: sudo: a password is required"), line  # sudo's own words
+    assert f"{HUB_USER} ALL=(%students) NOPASSWD:SETENV:" in out
