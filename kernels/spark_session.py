@@ -117,6 +117,7 @@ def driver_conf(
     ui_port: int | None = None,
     service_prefix: str = "",
     log4j_file: str | None = None,
+    tmp_dir: str | None = None,
 ) -> dict[str, str]:
     """Spark settings the kernel adds to :func:`scalelab.kernels.spark_defaults.spark_conf` (pure).
 
@@ -129,6 +130,10 @@ def driver_conf(
         UI is served through ``<prefix>sparkui/<ui_port>`` (``spark.ui.proxyBase``).
     log4j_file
         A log4j2 properties file for the driver JVM (``-Dlog4j2.configurationFile``).
+    tmp_dir
+        The server's temporary folder (``TMPDIR``): the driver JVM's ``java.io.tmpdir``, where
+        Spark's artifact folders and the native libraries it unpacks (lz4, snappy) go; a JVM
+        ignores ``TMPDIR`` and would use /tmp.
 
     Returns
     -------
@@ -143,9 +148,21 @@ def driver_conf(
             # The UI's redirects (its root, the logo: to /jobs/) go to <proxyBase>/jobs/ on
             # the address the browser used, not to the hub's /jobs/.
             conf["spark.ui.proxyRedirectUri"] = "/"
+    options = []
     if log4j_file is not None:
-        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j_file}"
+        options.append(java_property("log4j2.configurationFile", f"file:{log4j_file}"))
+    if tmp_dir is not None:
+        options.append(java_property("java.io.tmpdir", tmp_dir))
+    if options:
+        conf["spark.driver.extraJavaOptions"] = " ".join(options)
     return conf
+
+
+def java_property(name: str, value: str) -> str:
+    """``-D<name>=<value>`` for ``spark.driver.extraJavaOptions``, in double quotes when the
+    value has white space (Spark splits the options as a shell would) (pure)."""
+    option = f"-D{name}={value}"
+    return f'"{option}"' if any(c.isspace() for c in value) else option
 
 
 def ui_proxy_path(service_prefix: str, port: int) -> str:
@@ -251,6 +268,7 @@ def session_conf(
         ui_port=free_port(),
         service_prefix=environ.get("JUPYTERHUB_SERVICE_PREFIX", ""),
         log4j_file=log4j_file,
+        tmp_dir=environ.get("TMPDIR") or None,
     )
     options = " ".join(
         filter(

@@ -35,6 +35,19 @@ from scalelab.spawner.system_users import (
 )
 from scalelab.store.protocols import local_folder
 
+#: The server's temporary folder inside its runtime folder (``runtime_parent``).
+TMP = "tmp"
+#: Characters of the user's (quoted) name in the runtime folder's name: the folder only needs
+#: to be recognisable, and Unix socket paths under its ``tmp/`` (the warm Spark driver's,
+#: Python's multiprocessing's) must stay within Linux's 107 characters.
+NAME_CHARS = 20
+
+
+def runtime_folder_prefix(user_name: str) -> str:
+    """``scalelab-runtime-<name>-``, the name URL-quoted and cut to :data:`NAME_CHARS`
+    characters (pure)."""
+    return f"scalelab-runtime-{quote(user_name, safe='')[:NAME_CHARS]}-"
+
 
 class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, LocalProcessSpawner):
     """Spawner of ScaleLab's single-user servers as local processes.
@@ -83,9 +96,13 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
         config=True,
         help="""Folder in which each server start gets a fresh private Jupyter runtime folder
         (`JUPYTER_RUNTIME_DIR`: the server's info files and its kernels' connection files),
-        `scalelab-runtime-<name>-<random>`, mode 0700 and the student's own, removed when the
-        server stops. Outside the home, so that a server and its kernels start on a full home.
-        Empty (the default): the system's temporary folder (`TMPDIR`, else /tmp).""",
+        `scalelab-runtime-<name>-<random>` (the name's first 20 characters), mode 0700 and
+        the student's own, removed when the server stops. Its `tmp/` is the server's and its
+        kernels' temporary folder (`TMPDIR`, `SPARK_LOCAL_DIRS`, the Spark driver's
+        `java.io.tmpdir`), unless `environment` sets `TMPDIR`: nothing another student
+        planted in /tmp is used, and what a killed kernel left there goes with the server.
+        Outside the home, so that a server and its kernels start on a full home. Empty (the
+        default): the system's temporary folder (`TMPDIR`, else /tmp).""",
     )
 
     #: This server's Jupyter runtime folder while it runs (kept in the spawner's state).
@@ -170,6 +187,8 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
         env = super().get_env()
         if self.runtime_dir:
             env["JUPYTER_RUNTIME_DIR"] = self.runtime_dir
+            if "TMPDIR" not in self.environment:  # ops' own choice wins
+                env["TMPDIR"] = env["SPARK_LOCAL_DIRS"] = str(Path(self.runtime_dir) / TMP)
         if self.server_log_dir and self._as_hub_user and not self.name:
             # Servers run as the hub's user here: their live-log folder (the Spark drivers'
             # logs, which the student's log page reads) is the one ops read at the hub too.
@@ -234,7 +253,8 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
             return None
 
     def _make_runtime_dir(self) -> Path:
-        """A fresh runtime folder, 0700, the server's user's own (see ``runtime_parent``).
+        """A fresh runtime folder and its ``tmp/``, 0700, the server's user's own (see
+        ``runtime_parent``).
 
         Raises
         ------
@@ -242,12 +262,14 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
             It cannot be made (any ``OSError``); the message names the folder.
         """
         parent = self.runtime_parent or tempfile.gettempdir()
-        prefix = f"scalelab-runtime-{quote(self.user.name, safe='')}-"
+        prefix = runtime_folder_prefix(self.user.name)
         try:
             folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))  # 0700, made anew
+            (folder / TMP).mkdir(mode=0o700)
             if self.system_users:
                 entry = pwd.getpwnam(self.system_user)
-                os.chown(folder, entry.pw_uid, entry.pw_gid)
+                for path in (folder, folder / TMP):
+                    os.chown(path, entry.pw_uid, entry.pw_gid)
         except OSError as exc:
             raise SpawnException(
                 f"Cannot make the Jupyter runtime folder for {self.user.name}'s server in "

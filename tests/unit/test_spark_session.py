@@ -20,6 +20,21 @@ def test_ui_goes_through_the_servers_proxy_under_a_hub():
     assert driver_conf() == {}
 
 
+def test_the_drivers_temporary_folder_is_the_servers_and_the_log4j_file_kept():
+    conf = driver_conf(log4j_file="/logs/driver.log4j2", tmp_dir="/tmp/scalelab-runtime-a/tmp")
+    assert conf["spark.driver.extraJavaOptions"] == (
+        "-Dlog4j2.configurationFile=file:/logs/driver.log4j2 "
+        "-Djava.io.tmpdir=/tmp/scalelab-runtime-a/tmp"
+    )
+    # a folder with a space is one option (Spark splits the options as a shell would)
+    spaced = driver_conf(tmp_dir="/srv/run time/tmp")["spark.driver.extraJavaOptions"]
+    assert spaced == '"-Djava.io.tmpdir=/srv/run time/tmp"'
+    env = {"SCALELAB_SPARK_MASTER": "local[2]", "TMPDIR": "/tmp/scalelab-runtime-b/tmp"}
+    assert session_conf(env, None)["spark.driver.extraJavaOptions"].endswith(
+        "-Djava.io.tmpdir=/tmp/scalelab-runtime-b/tmp"
+    )
+
+
 def test_session_conf_from_the_hub_with_a_port_and_a_driver_log(tmp_path: Path):
     env = {
         "SCALELAB_SPARK_MASTER": "spark://m:7077",

@@ -28,6 +28,7 @@ from scalelab.spawner import CourseSpawnerMixin, ScaleLabSpawner
 from scalelab.spawner.environment import server_args, server_environment
 from scalelab.spawner.gpu_pool import GPUPool
 from scalelab.spawner.gpu_spawner import GPUSpawnerMixin
+from scalelab.spawner.local import runtime_folder_prefix
 
 
 def test_registered_under_the_jupyterhub_spawners_entry_point():
@@ -242,3 +243,13 @@ def test_a_resumed_server_whose_process_is_a_zombie_is_dead(tmp_path: Path, monk
         running.kill()
         running.wait()
         ended.wait()
+
+
+@pytest.mark.parametrize("name", ["alice", "firstname.lastname@university.example.org", "ü" * 40])
+def test_a_servers_temporary_folder_keeps_socket_paths_within_linuxs_limit(name: str):
+    prefix = runtime_folder_prefix(name)
+    assert prefix.startswith("scalelab-runtime-") and "/" not in prefix
+    # /tmp/<prefix><8 random>/tmp/ + the warm Spark driver's socket folder and socket
+    longest = f"/tmp/{prefix}{'x' * 8}/tmp/scalelab-spark-warm-{'x' * 8}/driver.sock"
+    assert len(longest) <= 107, longest
+    assert runtime_folder_prefix("alice") == "scalelab-runtime-alice-"

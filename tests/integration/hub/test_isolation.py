@@ -103,7 +103,14 @@ allowed = {{
     "umask": oct(os.umask(0o077)),
     "spark": spark.range(10).count(),  # starts the Spark driver's JVM, as alice
 }}
-print(json.dumps({{"outcome": outcome, "allowed": allowed, "detail": detail}}))
+import tempfile
+from pyspark import SparkFiles
+temporary = {{  # the server's own temporary folder, for Python, Spark and the driver's JVM
+    "python": tempfile.gettempdir(),
+    "java": spark.sparkContext._jvm.java.lang.System.getProperty("java.io.tmpdir"),
+    "spark files": SparkFiles.getRootDirectory(),
+}}
+print(json.dumps({{"outcome": outcome, "allowed": allowed, "detail": detail, "tmp": temporary}}))
 """
 
 
@@ -205,6 +212,16 @@ async def test_alices_kernel_cannot_reach_bob_or_the_hubs_secrets(hub: ScaleLabU
         "umask": "0o77",
         "spark": 10,
     }
+    # Python, Spark and the driver's JVM write temporary files in the server's own folder
+    # (alice's, 0700, removed with the server), never in the /tmp bob can plant names in.
+    runtime = Path(
+        hub.api("GET", "/users/alice").json()["servers"][""]["state"]["scalelab_runtime_dir"]
+    )
+    tmp = runtime / "tmp"
+    assert report["tmp"]["python"] == report["tmp"]["java"] == str(tmp), report["tmp"]
+    assert Path(report["tmp"]["spark files"]).is_relative_to(tmp), report["tmp"]
+    info = tmp.stat()
+    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (alice.pw_uid, 0o700)
     # The kernel and its Spark driver (the JVM) run as alice's user too.
     server = server_process(hub, "alice")
     tree = server.children(recursive=True)
