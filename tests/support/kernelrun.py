@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import queue
 import time
 from collections.abc import Mapping
 
@@ -58,6 +59,22 @@ class Kernel:
             reply = self.kc.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
             if reply["parent_header"].get("msg_id") == msg_id:
                 return reply
+
+    def late_streams(self, name: str, wait_s: float = 1.0) -> str:
+        """The text of the ``name`` streams (``"stderr"``...) the kernel sends within
+        ``wait_s`` seconds, whichever request they answer: a cell's output that a thread of
+        the kernel flushes after the cell's reply (under load) keeps that cell's parent
+        header, and :meth:`run` of the next cell passes over messages of other requests."""
+        text = ""
+        deadline = time.monotonic() + wait_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                msg = self.kc.get_iopub_msg(timeout=left)
+            except queue.Empty:
+                break
+            if msg["msg_type"] == "stream" and msg["content"]["name"] == name:
+                text += msg["content"]["text"]
+        return text
 
     def run(self, code: str, timeout_s: float = 300) -> dict:
         """Execute ``code``; returns ``stdout``, ``stderr``, ``result`` (text/plain or None),

@@ -1,6 +1,6 @@
 """Which tests one pytest-xdist worker runs together, and which start first.
 
-A test file is one unit of work (its module fixtures are made once), with three exceptions:
+A test file is one unit of work (its module fixtures are made once), with four exceptions:
 every file whose tests take the ``hdfs_cluster`` fixture is in the unit ``hadoop-cluster`` (one
 HDFS and YARN test cluster a run), every file whose tests or fixtures take ``slurm_cluster`` in
 ``slurm-cluster`` (one Slurm test cluster a run), every file that makes students' system users

@@ -239,18 +239,27 @@ def test_scalelab_doctor_run_as_the_hubs_user_tries_the_prefix_as_a_student(
     hub: PlainHub, accounts: Path
 ):
     """``sbatch``, ``squeue`` and ``scancel --version`` through the prefix: passes for a student
-    of the rule, fails naming sudo's refusal and the rule to write for one outside it."""
+    of the rule, fails naming sudo's refusal and the rule to write for one outside it; a root
+    hub's prefix passes without a rule."""
 
-    def doctor(student: str) -> tuple[int, str]:
+    def doctor(student: str, user: str | None = HUB_USER) -> tuple[int, str]:
         argv = [sys.executable, "-m", "scalelab", "doctor", "--quick", "--student", student]
+        as_user = {"user": user, "group": user, "extra_groups": []} if user else {}
         result = subprocess.run(
             [*argv, "--state-dir", str(accounts / "doctor-state"),
              "--config", str(hub.state / "ops_config.py"), "--port", str(free_port())],
-            capture_output=True, text=True, timeout=600, check=False, user=HUB_USER,
-            group=HUB_USER, extra_groups=[], cwd=accounts,
-            env={**os.environ, "HOME": str(accounts)},
+            capture_output=True, text=True, timeout=600, check=False, cwd=accounts,
+            env={**os.environ, "HOME": str(accounts)}, **as_user,
         )  # fmt: skip
         return result.returncode, result.stdout + result.stderr
+
+    # the guide's configuration on a root hub: root may sudo, no rule needed
+    _, out = doctor(STUDENTS[0], user=None)
+    assert "[ ok ] Slurm jobs: submitted as each student (sudo -E -u {username})" in out, out
+    assert (
+        f"[ ok ] Slurm jobs as a student: root runs sbatch, squeue and scancel as {STUDENTS[0]}"
+        in out
+    )
 
     _, out = doctor(STUDENTS[1])
     assert (

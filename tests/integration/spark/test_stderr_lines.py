@@ -34,11 +34,13 @@ def test_pyspark_kernel_drops_the_incubator_line_and_a_real_jvm_line_still_shows
             out = kernel.run(code)
             assert out["error"] is None, out
             shown += out["stderr"]
-        # The filter's thread passes the JVM's line on to whichever cell runs then: under load
-        # (the suite's) that can take more than one cell of a second, so give it up to 60.
-        for _ in range(60):
+        # The filter's thread passes the JVM's line on to the kernel's stderr, whose thread
+        # sends it with the cell running then, or after the cell's reply with its parent:
+        # under load (the suite's) that can take seconds, so look for up to 60.
+        for _ in range(30):
             if "a real JVM line" in shown:
                 break
+            shown += kernel.late_streams("stderr", wait_s=1.0)
             shown += kernel.run("import time; time.sleep(1)")["stderr"]
     assert "a real JVM line" in shown
     assert "incubator" not in shown
