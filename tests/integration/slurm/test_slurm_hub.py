@@ -111,7 +111,7 @@ def _ask(hub: PlainHub, user: str, profile: str) -> int:
     return hub.api("POST", f"/users/{user}/server", json={"user_options": {"profile": profile}})
 
 
-def _ready(hub: PlainHub, user: str, timeout_s: float = 120) -> dict:
+def ready(hub: PlainHub, user: str, timeout_s: float = 120) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         server = hub.api("GET", f"/users/{user}").json()["servers"].get("")
@@ -121,7 +121,7 @@ def _ready(hub: PlainHub, user: str, timeout_s: float = 120) -> dict:
     raise AssertionError(f"{user}'s server never got ready:\n{_log_tail(hub)}")
 
 
-def _gone(hub: PlainHub, user: str, timeout_s: float = 60) -> None:
+def gone(hub: PlainHub, user: str, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while hub.api("GET", f"/users/{user}").json()["servers"]:
         assert time.monotonic() < deadline, f"{user}'s server never went away"
@@ -130,6 +130,22 @@ def _gone(hub: PlainHub, user: str, timeout_s: float = 60) -> None:
 
 def _log_tail(hub: PlainHub) -> str:
     return (hub.state / "hub.log").read_text(errors="replace")[-4000:]
+
+
+def server_process(user: str) -> psutil.Process:
+    """The running single-user server of ``user`` (not ``srun``, the job step's launcher, which
+    has the server's environment and command line too)."""
+    for proc in psutil.process_iter():
+        try:
+            if (
+                proc.environ().get("JUPYTERHUB_USER") == user
+                and "jupyterhub-singleuser" in " ".join(proc.cmdline())
+                and proc.name() != "srun"
+            ):
+                return proc
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    raise AssertionError(f"no running server of {user}")
 
 
 def _server_env(user: str) -> dict[str, str]:
@@ -162,13 +178,13 @@ def test_four_gpus_on_two_nodes_a_queue_in_the_browser_and_a_time_limit_told(
     1-minute job ends with TIMEOUT, and its student is told so on her spawn form."""
     # ivy's job first: Slurm ends it at its time limit while the rest of the test runs
     assert _ask(hub, "ivy", "cpu-1min").status_code in (201, 202)
-    timed_out = _ready(hub, "ivy")["state"]["job_id"]
+    timed_out = ready(hub, "ivy")["state"]["job_id"]
 
     held: dict[str, tuple[str, str]] = {}
     for user in STUDENTS:
         assert _ask(hub, user, "gpu-1").status_code in (201, 202)
     for user in STUDENTS:
-        server = _ready(hub, user)
+        server = ready(hub, user)
         slurm = server["state"]["slurm"]
         env = _server_env(user)
         assert env["SLURM_JOB_ID"] == slurm["job_id"]
@@ -219,14 +235,14 @@ def test_four_gpus_on_two_nodes_a_queue_in_the_browser_and_a_time_limit_told(
 
             # she cancels (Stop Server): the job leaves Slurm's queue; she can start at once
             page.get_by_role("button", name="Stop Server").click()
-            _gone(hub, "erin")
+            gone(hub, "erin")
             assert not [j for j in slurm_cluster.jobs() if j.startswith(f"{job} ")]
             assert _ask(hub, "erin", "cpu").status_code in (201, 202)
-            _ready(hub, "erin")
+            ready(hub, "erin")
             assert _server_env("erin")["CUDA_VISIBLE_DEVICES"] == ""
 
             # Slurm ended ivy's job at its time limit: sacct says TIMEOUT, and so does her form
-            _gone(hub, "ivy", timeout_s=180)
+            gone(hub, "ivy", timeout_s=180)
             sacct = slurm_cluster.command("sacct", "-n", "-P", "-X", "-o", "State", "-j", timed_out)
             assert sacct.split() == ["TIMEOUT"]
             page = browser.new_page(viewport={"width": 1280, "height": 720})
@@ -255,9 +271,9 @@ def test_jobs_ended_outside_the_hub_are_told_with_slurms_reason(
     """An operator's scancel (CANCELLED), then a node going down under a job (NODE_FAIL; the
     job is not requeued): each student's server goes, with Slurm's reason, and its GPU with it."""
     assert _ask(hub, "frank", "gpu-1").status_code in (201, 202)
-    job = _ready(hub, "frank")["state"]["slurm"]["job_id"]
+    job = ready(hub, "frank")["state"]["slurm"]["job_id"]
     slurm_cluster.command("scancel", job)  # an operator's scancel, not the hub's
-    _gone(hub, "frank")  # poll found it ended
+    gone(hub, "frank")  # poll found it ended
     told = f"Slurm ended job {job}: it was cancelled (scancel) (CANCELLED)"
     log = (hub.state / "hub.log").read_text(errors="replace")
     assert f"frank/ died ({told}) while holding GPU(s)" in log
@@ -265,15 +281,15 @@ def test_jobs_ended_outside_the_hub_are_told_with_slurms_reason(
     assert all(g["holder"] is None for g in board["gpus"])  # its GPU went back
     # the student can start again at once
     assert _ask(hub, "frank", "cpu").status_code in (201, 202)
-    _ready(hub, "frank")
+    ready(hub, "frank")
 
     # the node under gus's job goes down (as slurmctld marks a node that stops answering)
     assert _ask(hub, "gus", "gpu-1").status_code in (201, 202)
-    slurm = _ready(hub, "gus")["state"]["slurm"]
+    slurm = ready(hub, "gus")["state"]["slurm"]
     node = slurm["node"]
     slurm_cluster.command("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=test")
     try:
-        _gone(hub, "gus")
+        gone(hub, "gus")
         sacct = slurm_cluster.command(
             "sacct", "-n", "-P", "-X", "-o", "State", "-j", slurm["job_id"]
         )
@@ -308,10 +324,10 @@ def test_a_restarted_hub_knows_the_job_its_node_and_gpus(
     hub: PlainHub, slurm_cluster: SlurmTestCluster
 ):
     assert _ask(hub, "hana", "gpu-2").status_code in (201, 202)
-    before = _ready(hub, "hana")["state"]
+    before = ready(hub, "hana")["state"]
     hub.stop()  # the server keeps running in its job
     hub.start()
-    after = _ready(hub, "hana")["state"]
+    after = ready(hub, "hana")["state"]
     assert after["job_id"] == before["job_id"] and after["slurm"] == before["slurm"]
     assert len(before["slurm"]["gpus"]) == 2
     board = hub.api("GET", "/scalelab/gpus").json()
@@ -336,7 +352,7 @@ def test_a_restarted_hub_knows_the_job_its_node_and_gpus(
     assert all(g["utilization_pct"] is None for g in board.values() if g["uuid"] not in held)
     assert hub.api("GET", "/users/hana/server/progress").status_code in (200, 400)
     assert hub.api("DELETE", "/users/hana/server").status_code in (202, 204)
-    _gone(hub, "hana")
+    gone(hub, "hana")
     assert not [j for j in slurm_cluster.jobs() if j.startswith(f"{before['job_id']} ")]
 
 
@@ -371,7 +387,7 @@ def test_stop_while_squeue_runs_cancels_the_pending_job(
             time.sleep(0.05)
         [job] = [line.split()[0] for line in slurm_cluster.jobs() if " PENDING " in line]
         assert plain.api("DELETE", "/users/iris/server").status_code in (202, 204)
-        _gone(plain, "iris")
+        gone(plain, "iris")
         assert not [j for j in slurm_cluster.jobs() if j.startswith(f"{job} ")], _log_tail(plain)
         log = (state / "hub.log").read_text(errors="replace")
         assert "neither pending nor running" not in log
@@ -411,12 +427,12 @@ def test_a_gpu_slurm_gives_on_before_the_hubs_poll_stays_with_its_new_job(
     try:
         plain.start()
         assert _ask(plain, "kim", "gpu-1").status_code in (201, 202)
-        kim = _ready(plain, "kim")["state"]
+        kim = ready(plain, "kim")["state"]
         [kims_gpu] = kim["scalelab"]["gpus"]
         assert _ask(plain, "lea", "gpu-1").status_code == 202  # in Slurm's queue
         progress_events(plain, "lea", lambda e: "position" in e.get("slurm", {}))
         slurm_cluster.command("scancel", kim["job_id"])  # outside the hub
-        lea = _ready(plain, "lea")["state"]
+        lea = ready(plain, "lea")["state"]
         assert lea["scalelab"]["gpus"] == [kims_gpu]  # Slurm gave her kim's GPU
         log = (state / "hub.log").read_text(errors="replace")
         assert (
@@ -431,7 +447,7 @@ def test_a_gpu_slurm_gives_on_before_the_hubs_poll_stays_with_its_new_job(
 
         # kim's server is stopped (as the hub's poll would, finding the job gone): lea keeps it
         assert plain.api("DELETE", "/users/kim/server").status_code in (202, 204)
-        _gone(plain, "kim")
+        gone(plain, "kim")
         board = plain.api("GET", "/scalelab/gpus").json()
         assert {g["uuid"]: g["holder"]["user"] for g in board["gpus"] if g["holder"]} == {
             kims_gpu: "lea"

@@ -19,13 +19,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 import requests
 
 from scalelab.commands.identity import blocked_for_others, install_paths
 from scalelab.common.ports import free_port
-from tests.integration.slurm.test_slurm_hub import slurm_config
+from tests.integration.slurm.test_slurm_hub import gone, ready, server_process, slurm_config
 from tests.support.hubproc import PlainHub, progress_events
 from tests.support.slurmcluster import PARTITION, SlurmTestCluster
 
@@ -111,45 +110,14 @@ def hub(slurm_cluster: SlurmTestCluster, accounts: Path) -> Iterator[PlainHub]:
     plain = PlainHub(state, config)
     for path in (state, *state.rglob("*")):
         shutil.chown(path, HUB_USER, HUB_USER)
-    env = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(slurm_cluster.conf)  # the hub's own squeue and scontrol
-    try:
-        plain.start(user=HUB_USER)
-        yield plain
-    finally:
-        plain.close()
-        if env is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = env
-        slurm_cluster.command("scancel", "--full", "-p", PARTITION)
-
-
-def _server_process(user: str) -> psutil.Process:
-    for proc in psutil.process_iter():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SLURM_CONF", str(slurm_cluster.conf))  # the hub's own squeue, scontrol
         try:
-            env = proc.environ()
-            argv = proc.cmdline()
-            # the server, not srun, the job step's launcher (also the student's, with the
-            # server's command line)
-            if env.get("JUPYTERHUB_USER") == user and "jupyterhub-singleuser" in " ".join(argv):
-                if proc.name() != "srun":
-                    return proc
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    raise AssertionError(f"no running server of {user}")
-
-
-def _wait(hub: PlainHub, user: str, ready: bool, timeout_s: float = 120) -> None:
-    """Until ``user``'s server is ready (``ready``) or gone (not ``ready``)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        server = hub.api("GET", f"/users/{user}").json()["servers"].get("")
-        if (ready and server and server["ready"]) or (not ready and not server):
-            return
-        time.sleep(0.5)
-    log = (hub.state / "hub.log").read_text(errors="replace")[-4000:]
-    raise AssertionError(f"{user}'s server never got {'ready' if ready else 'stopped'}:\n{log}")
+            plain.start(user=HUB_USER)
+            yield plain
+        finally:
+            plain.close()
+            slurm_cluster.command("scancel", "--full", "-p", PARTITION)
 
 
 def _jobs_of(cluster: SlurmTestCluster, account: str) -> list[str]:
@@ -178,9 +146,9 @@ def test_a_students_job_server_and_kernel_are_their_own_and_stop_cancels_it(
     assert hub.api("POST", f"/users/{student}").status_code == 201
     started = hub.api("POST", f"/users/{student}/server", json={"user_options": {"profile": "cpu"}})
     assert started.status_code in (201, 202), started.text
-    _wait(hub, student, ready=True)
+    ready(hub, student)
     uid = pwd.getpwnam(student).pw_uid
-    proc = _server_process(student)
+    proc = server_process(student)
     assert proc.uids().real == uid
     # Slurm's own record: the job was submitted by (and runs as) the student's account
     assert len(_jobs_of(slurm_cluster, student)) == 1
@@ -198,7 +166,7 @@ def test_a_students_job_server_and_kernel_are_their_own_and_stop_cancels_it(
     assert kernels and all(k.uids().real == uid for k in kernels)
     # Stop: scancel through sudo as the student ends the job
     assert hub.api("DELETE", f"/users/{student}/server").status_code in (202, 204)
-    _wait(hub, student, ready=False, timeout_s=60)
+    gone(hub, student)
     deadline = time.monotonic() + 30
     while _jobs_of(slurm_cluster, student):
         assert time.monotonic() < deadline, slurm_cluster.jobs()
