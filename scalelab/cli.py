@@ -58,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
         "single-user trial where students can read each other's work (needed for --ip beyond "
         "loopback when not run by root)",
     )
+    up.add_argument(
+        "--hadoop",
+        action="store_true",
+        help="the course's cluster path on this machine: run the Hadoop test cluster (HDFS and "
+        "YARN, built by ./install.sh) as a hub service, the store on its HDFS and Spark on its "
+        "YARN; its ports and data are kept in <state dir>/hadoop",
+    )
 
     data = sub.add_parser("data", help="course data sets")
     data_sub = data.add_subparsers(dest="data_command", required=True)
@@ -271,6 +278,7 @@ def _up(args: argparse.Namespace) -> int:
         operator_config=args.config,
         state_source="--state-dir" if args.state_dir else _state_dir_source(),
         shared_identity=args.shared_identity,
+        hadoop=args.hadoop,
     )
 
 

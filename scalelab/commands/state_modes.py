@@ -23,7 +23,9 @@ def _chmod(path: Path, mode: int) -> None:
         path.chmod(mode)
 
 
-def protect_state(state: StateFolder, *, system_users: bool, store: Path | None) -> None:
+def protect_state(
+    state: StateFolder, *, system_users: bool, store: Path | None, traversable: bool = False
+) -> None:
     """Set the modes above on the state folder (and a local course store).
 
     Parameters
@@ -34,13 +36,16 @@ def protect_state(state: StateFolder, *, system_users: bool, store: Path | None)
         Students run as their own system users: open what their servers need to reach.
     store
         The local course store's folder, or None (a remote store).
+    traversable
+        Another user must reach a folder inside (the Hadoop test cluster's user, ``--hadoop``
+        run by root): the state folder is 0711 even without ``system_users``.
 
     Raises
     ------
     OSError
         A mode cannot be set (the caller words it).
     """
-    _chmod(state.root, 0o711 if system_users else 0o700)
+    _chmod(state.root, 0o711 if system_users or traversable else 0o700)
     for secret in (
         state.database, state.cookie_secret, state.config_file, state.gpu_queue,
         state.lock, state.hub_pid, state.proxy_pid, state.run_record, state.hub_ports,

@@ -32,6 +32,7 @@ import fsspec
 import psutil
 
 from scalelab import envvars
+from scalelab.commands import up_hadoop
 from scalelab.commands.errors import UpError
 from scalelab.commands.identity import (
     Identity,
@@ -62,7 +63,7 @@ from scalelab.commands.upstate import (
     write_run_record,
 )
 from scalelab.common.pdeathsig import become_subreaper, die_with_parent
-from scalelab.common.ports import free_port
+from scalelab.common.ports import free_port, port_free
 from scalelab.hub_ext.hub.config_check import ConfigProblem, check_hub_config
 from scalelab.kernels.specs import install_kernelspecs
 from scalelab.spawner.local import local_store_root
@@ -155,7 +156,7 @@ def saved_ports(files: StateFolder) -> tuple[int | None, int | None]:
         return None, None
     if ports[0] == ports[1]:
         return None, None
-    return tuple(p if _port_free(p) else None for p in ports)  # type: ignore[return-value]
+    return tuple(p if port_free(p) else None for p in ports)  # type: ignore[return-value]
 
 
 def save_ports(files: StateFolder, settings: UpSettings) -> None:
@@ -170,16 +171,6 @@ def save_ports(files: StateFolder, settings: UpSettings) -> None:
     fd = os.open(files.hub_ports, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with open(fd, "w") as out:
         out.write(text)
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def prepare_state_dir(state_dir: Path, source: str = "--state-dir") -> None:
@@ -586,8 +577,13 @@ def run_up(
     out: IO[str] = sys.stdout,
     state_source: str = "--state-dir",
     shared_identity: bool = False,
+    hadoop: bool = False,
 ) -> int:
     """Run the course hub until Ctrl-C, SIGTERM or SIGHUP.
+
+    With ``hadoop``, the hub also runs the Hadoop test cluster as a service, the course store on
+    its HDFS and Spark on its YARN (:mod:`scalelab.commands.up_hadoop`); the URL is printed once
+    the cluster is up too.
 
     Call it from the main thread: the hub is tied to the thread that starts it
     (:func:`~scalelab.common.pdeathsig.die_with_parent`).
@@ -606,7 +602,9 @@ def run_up(
         exist, does not compile, fails to run, has a misspelt or bad ScaleLab setting, or is
         readable by other users while students get system users; or every login would share
         one identity on an address beyond loopback without ``shared_identity``
-        (:func:`~scalelab.commands.identity.choose_identity`).
+        (:func:`~scalelab.commands.identity.choose_identity`); with ``hadoop``, also a
+        ``store_url`` given, or the cluster cannot be run (not built, a fixed port taken, its
+        user cannot be made or cannot reach the state folder).
     """
     state_dir = state_dir.expanduser().resolve()
     url = f"http://{ip}:{port}/"
@@ -627,6 +625,8 @@ def run_up(
             check_no_earlier_run(state_dir, [p.pid for p in recorded_alive(record or {})])
             password, generated = resolve_password(password)
             settings = up_settings(state_dir, ip=ip, port=port, store_url=store_url)
+            if hadoop:
+                settings = with_hadoop(files, settings, store_url)
             identity = decide_identity(files, settings, shared_identity)
             if identity.system_users and operator_config:
                 problem = check_operator_config(operator_config)
@@ -641,6 +641,8 @@ def run_up(
             # A proxy the earlier run left holds the port: stop the leftovers before checking.
             earlier = stop_earlier_run(record, [] if hub.cleanup_servers else hub.servers())
             check_port_free(ip, port)
+            if settings.hadoop:
+                up_hadoop.check_ports(up_hadoop.HadoopService.from_dict(settings.hadoop))
         except UpError:
             remove_new(made)
             raise
@@ -649,7 +651,7 @@ def run_up(
         config_path.write_text(config_file_text(settings, operator_config))
         save_ports(files, settings)
         protect(files, settings)
-        hint = data_hint(settings.store_url)
+        hint = None if settings.hadoop else data_hint(settings.store_url)  # HDFS: once it is up
         return _serve(settings, config_path, password, generated, hint, identity, out, hub, earlier)
     finally:
         lock.release()
@@ -731,11 +733,36 @@ def up_settings_with(settings: UpSettings, *, system_users: bool) -> UpSettings:
     return UpSettings(**{**asdict(settings), "system_users": system_users})
 
 
+def with_hadoop(files: StateFolder, settings: UpSettings, store_url: str | None) -> UpSettings:
+    """``settings`` for ``--hadoop``: the cluster prepared
+    (:func:`~scalelab.commands.up_hadoop.prepare`), the store on its HDFS.
+
+    Raises
+    ------
+    UpError
+        ``--store`` was given too, or from ``prepare``.
+    """
+    if store_url:
+        raise UpError(
+            "--hadoop puts the course store on the test cluster's HDFS: drop --store (or drop "
+            "--hadoop and set --store to your own cluster's hdfs:// URL)"
+        )
+    service = up_hadoop.prepare(files)
+    changed = {"store_url": service.store_url, "hadoop": service.to_dict()}
+    return UpSettings(**{**asdict(settings), **changed})
+
+
 def protect(files: StateFolder, settings: UpSettings, system_users: bool | None = None) -> None:
     """:func:`~scalelab.commands.state_modes.protect_state`, an ``OSError`` as one line."""
     chosen = settings.system_users if system_users is None else system_users
+    cluster_user = bool(settings.hadoop and settings.hadoop.get("user"))
     try:
-        protect_state(files, system_users=chosen, store=local_store_root(settings.store_url))
+        protect_state(
+            files,
+            system_users=chosen,
+            store=local_store_root(settings.store_url),
+            traversable=cluster_user,
+        )
     except OSError as exc:
         raise UpError(
             f"cannot set the modes of {exc.filename or files.root}: {exc.strerror or exc}"
@@ -819,6 +846,18 @@ def _serve(
                     file=out,
                 )
                 return 1
+            cluster_lines: list[str] = []
+            if settings.hadoop:
+                service = up_hadoop.HadoopService.from_dict(settings.hadoop)
+                state = _wait_cluster(service, proc, stop, out)
+                if state == "stopped":
+                    _say("Stopping ScaleLab before it was ready ...", out)
+                    return 0
+                if state != "ready":
+                    print(state + _log_tail(log_path, log_offset), file=out)
+                    return 1
+                hint = data_hint(settings.store_url)
+                cluster_lines = up_hadoop.banner_lines(service)
             banner = [hint] if hint else []
             banner += [
                 f"\nScaleLab is running at {url}",
@@ -828,7 +867,8 @@ def _serve(
                 banner.append(
                     "  (generated for this run; set SCALELAB_PASSWORD or --password to choose it)"
                 )
-            banner += [f"  Course store: {settings.store_url}", f"  {identity.banner}"]
+            banner += [f"  Course store: {settings.store_url}", *cluster_lines]
+            banner.append(f"  {identity.banner}")
             banner += [f"  {line}" for line in found_lines(earlier, servers_before, hub.servers())]
             banner.append("  Press Ctrl-C to stop the hub and every server it started.")
             # The hub runs from here on: a terminal closed while this is written (EIO) must
@@ -863,6 +903,29 @@ def _serve(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _wait_cluster(
+    service: up_hadoop.HadoopService, proc: subprocess.Popen, stop: threading.Event, out: IO[str]
+) -> str:
+    """Wait for the Hadoop test cluster (:func:`~scalelab.commands.up_hadoop.wait_ready`), then
+    make the course folders. Returns ``"ready"``, ``"stopped"``, or what went wrong (the hub's
+    log tail follows it)."""
+    log = service.data_dir / "cluster.log"
+    _say(f"Starting the Hadoop test cluster (HDFS and YARN; log: {log}) ...", out)
+    state = up_hadoop.wait_ready(service, stop, lambda: proc.poll() is None)
+    if state == "ready":
+        try:
+            up_hadoop.prepare_course_store(service)
+        except UpError as exc:
+            return f"{exc}\nLast lines of the hub's log:\n"
+        return state
+    if state == "timeout":
+        return (
+            f"The Hadoop test cluster did not start within {up_hadoop.READY_TIMEOUT_S:.0f} s. "
+            f"Last lines of {log}:\n{up_hadoop.log_tail(service)}\nLast lines of the hub's log:\n"
+        )
+    return state if state == "stopped" else "The hub did not start. Last lines of its log:\n"
 
 
 def _record(files: StateFolder, processes: list[psutil.Process]) -> None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from traitlets.config import Config
 
 from scalelab.commands.state_files import StateFolder
+from scalelab.commands.up_hadoop import HadoopService, spawner_config
 from scalelab.kernels.spark_defaults import DEFAULT_SPARK_MASTER
 
 #: User names ``scalelab up`` accepts at login (JupyterHub's ``Authenticator.username_pattern``,
@@ -42,6 +44,9 @@ class UpSettings:
     system_users
         A system user per student (``c.ScaleLabSpawner.system_users``), when run by root;
         False: every server runs as the hub's user (a single-user trial).
+    hadoop
+        ``--hadoop``: the Hadoop test cluster's service
+        (:meth:`~scalelab.commands.up_hadoop.HadoopService.to_dict`), else None.
     """
 
     state_dir: str
@@ -52,6 +57,7 @@ class UpSettings:
     ip: str = "127.0.0.1"
     port: int = 8000
     system_users: bool = False
+    hadoop: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         """JSON form, for the generated ``jupyterhub_config.py``."""
@@ -114,6 +120,8 @@ def embedded_config(s: UpSettings, password: str) -> Config:
     c.ScaleLabSpawner.server_log_dir = str(state.server_logs)
     c.Spawner.http_timeout = 90
     c.Spawner.start_timeout = 180
+    if s.hadoop:
+        spawner_config(c, HadoopService.from_dict(s.hadoop))
     return c
 
 
@@ -132,6 +140,11 @@ def config_file_text(s: UpSettings, operator_config: str | None) -> str:
     ]
     if operator_config:
         lines.append(f"load_subconfig({str(Path(operator_config).resolve())!r})")
+    if s.hadoop:  # after the operator's file, which may set the list of services
+        lines += [
+            "from scalelab.commands.up_hadoop import HadoopService, add_service",
+            "add_service(c, HadoopService.from_dict(settings.hadoop))",
+        ]
     lines += [
         "import scalelab",
         "scalelab.configure(c)  # spawner, pages, services, checks, GPU queue: docs/",

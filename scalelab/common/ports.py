@@ -88,3 +88,15 @@ def _binds(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could bind TCP ``port`` on ``host`` now (with ``SO_REUSEADDR``, as
+    servers set it: a port whose last connection is in TIME_WAIT is free)."""
+    with socket.socket(_family(host)) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True

@@ -40,20 +40,18 @@ from typing import Any
 
 import fsspec
 
-REPO = Path(__file__).resolve().parents[2]
-#: The Maven project of the test cluster, and what ``mvn package`` makes of it.
-PROJECT = REPO / "hadoop" / "testcluster"
-JAR = PROJECT / "target" / "scalelab-testcluster.jar"
-LIB = PROJECT / "target" / "lib"
-MAIN_CLASS = "org.scalelab.testcluster.TestCluster"
+# The Maven project's jars, and why the cluster cannot run: ScaleLab's own (``scalelab up
+# --hadoop`` runs the same cluster as a hub service).
+from scalelab.commands.up_hadoop import BUILD_FIX as FIX
+from scalelab.commands.up_hadoop import JAR, LIB, MAIN_CLASS
+from scalelab.commands.up_hadoop import missing_reason as build_missing
+
 #: The JVM's heap limit (``-Xmx``); the whole process stays near 300 MiB resident (HDFS
 #: alone) or 450 MiB (with YARN's ResourceManager and two NodeManagers; their containers are
 #: processes of their own).
 HEAP = "512m"
 #: Seconds to wait for the ready line (about 10 s on 2 idle cores, 20 s with YARN).
 START_TIMEOUT_S = 180.0
-#: The fix named when the cluster cannot run here.
-FIX = "run ./install.sh (it builds hadoop/testcluster with Maven: Java 17 and mvn needed)"
 
 
 def missing_reason(kerberos: bool = False) -> str | None:
@@ -62,10 +60,9 @@ def missing_reason(kerberos: bool = False) -> str | None:
     No ``java`` on PATH, or the Maven project not built (no jar, or no jars in ``target/lib``);
     with ``kerberos``, also no ``hadoop-minikdc`` jar or no ``kinit`` (Debian's krb5-user).
     """
-    if shutil.which("java") is None:
-        return f"no java on PATH for the HDFS test cluster: {FIX}"
-    if not JAR.is_file() or not any(LIB.glob("hadoop-client-minicluster-*.jar")):
-        return f"the HDFS test cluster is not built ({JAR} or {LIB}/ missing): {FIX}"
+    reason = build_missing()
+    if reason:
+        return reason
     if kerberos and not any(LIB.glob("hadoop-minikdc-*.jar")):
         return f"the HDFS test cluster was built without hadoop-minikdc: {FIX}"
     if kerberos and shutil.which("kinit") is None:

@@ -29,7 +29,8 @@ import org.apache.hadoop.yarn.server.MiniYARNCluster;
  * <pre>
  * java -Xmx512m -cp scalelab-testcluster.jar:lib/* org.scalelab.testcluster.TestCluster \
  *     --base-dir DIR --conf-dir DIR [--superuser-group NAME] [--ha NAMESERVICE] [--yarn N] \
- *     [--kerberos [--students NAME,...] [--hub-principal NAME]]
+ *     [--namenode-ports RPC,HTTP] [--yarn-ports RM,SCHEDULER,TRACKER,ADMIN,WEB] \
+ *     [--keep-data] [--until-signal] [--kerberos [--students NAME,...] [--hub-principal NAME]]
  * </pre>
  *
  * <p>Simple authentication, permissions on ({@code dfs.permissions.enabled}), WebHDFS on, every
@@ -73,15 +74,28 @@ import org.apache.hadoop.yarn.server.MiniYARNCluster;
  * cluster stops, and its data under {@code --base-dir} is deleted, when stdin closes (or on
  * SIGTERM); exit status 0 then, 1 if the cluster failed to start (the stack trace on stderr), 2
  * for bad arguments.
+ *
+ * <p>As a service ({@code scalelab up --hadoop}): {@code --namenode-ports} and {@code
+ * --yarn-ports} fix the namenode's RPC and HTTP ports (not with {@code --ha}) and the
+ * ResourceManager's five (with {@code --yarn}) instead of free ones; {@code --keep-data} keeps
+ * {@code --base-dir} when the cluster stops and uses it again at the next start (formatted only
+ * the first time); {@code --until-signal} reads no commands: the cluster runs until SIGTERM or
+ * SIGINT.
  */
 public final class TestCluster {
 
   private static final String USAGE =
       "usage: TestCluster --base-dir DIR --conf-dir DIR [--superuser-group NAME]"
           + " [--ha NAMESERVICE] [--yarn NODEMANAGERS]"
+          + " [--namenode-ports RPC,HTTP] [--yarn-ports RM,SCHEDULER,TRACKER,ADMIN,WEB]"
+          + " [--keep-data] [--until-signal]"
           + " [--kerberos [--students NAME,...] [--hub-principal NAME]]";
   private static final List<String> OPTIONS =
-      List.of("--base-dir", "--conf-dir", "--superuser-group", "--ha", "--yarn");
+      List.of(
+          "--base-dir", "--conf-dir", "--superuser-group", "--ha", "--yarn", "--namenode-ports",
+          "--yarn-ports");
+  /** Options without a value: present or not. */
+  private static final List<String> FLAGS = List.of("--keep-data", "--until-signal");
 
   private TestCluster() {}
 
@@ -95,10 +109,16 @@ public final class TestCluster {
     Map<String, String> options = rest == null ? null : parseArguments(rest);
     int nodeManagers = options == null ? 0 : nodeManagers(options.get("--yarn"));
     boolean kerberosWithYarn = nodeManagers > 0 && SecureSetup.asked(secureOptions);
-    if (options == null || nodeManagers < 0 || kerberosWithYarn) {
+    int[] namenodePorts = options == null ? null : ports(options.get("--namenode-ports"), 2);
+    int[] yarnPorts = options == null ? null : ports(options.get("--yarn-ports"), 5);
+    if (options == null || nodeManagers < 0 || kerberosWithYarn
+        || (options.containsKey("--namenode-ports")
+            && (namenodePorts == null || options.containsKey("--ha")))
+        || (options.containsKey("--yarn-ports") && (yarnPorts == null || nodeManagers == 0))) {
       System.err.println(USAGE);
       System.exit(2);
     }
+    boolean keepData = options.containsKey("--keep-data");
     File baseDir = new File(options.get("--base-dir")).getAbsoluteFile();
     File confDir = new File(options.get("--conf-dir")).getAbsoluteFile();
     String superuserGroup = options.getOrDefault("--superuser-group", "supergroup");
@@ -111,7 +131,8 @@ public final class TestCluster {
       secure = SecureSetup.startIfAsked(secureOptions, baseDir, confDir);
       superuser = secure != null
           ? secure.superuser() : UserGroupInformation.getCurrentUser().getShortUserName();
-      cluster = start(baseDir, superuser, superuserGroup, nameservice, secure);
+      cluster =
+          start(baseDir, superuser, superuserGroup, nameservice, secure, namenodePorts, keepData);
     } catch (Exception e) {
       System.err.println("the test cluster failed to start:");
       e.printStackTrace();
@@ -120,11 +141,11 @@ public final class TestCluster {
     }
     if (nodeManagers > 0) {
       try {
-        yarn = startYarn(cluster.getConfiguration(0), baseDir, nodeManagers);
+        yarn = startYarn(cluster.getConfiguration(0), baseDir, nodeManagers, yarnPorts);
       } catch (IOException | RuntimeException | LinkageError e) {
         System.err.println("the test cluster's YARN failed to start:");
         e.printStackTrace();
-        stop(cluster, secure);
+        stop(cluster, secure, keepData);
         System.exit(1);
         return;
       }
@@ -135,7 +156,7 @@ public final class TestCluster {
             new Thread(
                 () -> {
                   stopYarn(startedYarn);
-                  stop(cluster, secure);
+                  stop(cluster, secure, keepData);
                 },
                 "testcluster-stop"));
 
@@ -168,17 +189,61 @@ public final class TestCluster {
             + ", \"yarn\": " + yarnReady(yarn, nodeManagers) + "}");
     out.flush();
 
-    serveCommands(cluster, ids, out);
+    if (options.containsKey("--until-signal")) {
+      awaitStopSignal();
+    } else {
+      serveCommands(cluster, ids, out);
+    }
     stopYarn(yarn);
-    stop(cluster, secure);
+    stop(cluster, secure, keepData);
     System.exit(0);
   }
 
-  /** {@code --name value} pairs, or null when one is unknown, lacks its value, or a required
-   * one is missing. */
+  /** Wait for SIGTERM or SIGINT ({@code --until-signal}); the cluster is then stopped by main,
+   * not by the shutdown hook, in which Hadoop's own services cannot stop cleanly. */
+  @SuppressWarnings("sunapi") // sun.misc.Signal: the JDK's only way to handle a signal
+  private static void awaitStopSignal() throws InterruptedException {
+    java.util.concurrent.CountDownLatch stop = new java.util.concurrent.CountDownLatch(1);
+    for (String name : List.of("TERM", "INT")) {
+      sun.misc.Signal.handle(new sun.misc.Signal(name), signal -> stop.countDown());
+    }
+    stop.await();
+  }
+
+  /** The ports of a {@code --namenode-ports} or {@code --yarn-ports} value: {@code count}
+   * numbers from 1 to 65535, comma-separated; null when absent or malformed. */
+  static int[] ports(String value, int count) {
+    if (value == null) {
+      return null;
+    }
+    String[] parts = value.split(",", -1);
+    if (parts.length != count) {
+      return null;
+    }
+    int[] ports = new int[count];
+    for (int i = 0; i < count; i++) {
+      try {
+        ports[i] = Integer.parseInt(parts[i].trim());
+      } catch (NumberFormatException e) {
+        return null;
+      }
+      if (ports[i] < 1 || ports[i] > 65535) {
+        return null;
+      }
+    }
+    return ports;
+  }
+
+  /** {@code --name value} pairs and flags (value ""), or null when one is unknown, lacks its
+   * value, or a required one is missing. */
   static Map<String, String> parseArguments(String[] args) {
     Map<String, String> options = new LinkedHashMap<>();
     for (int i = 0; i < args.length; i += 2) {
+      if (FLAGS.contains(args[i])) {
+        options.put(args[i], "");
+        i -= 1; // a flag takes no value
+        continue;
+      }
       if (!OPTIONS.contains(args[i]) || i + 1 >= args.length) {
         return null;
       }
@@ -192,7 +257,7 @@ public final class TestCluster {
 
   private static MiniDFSCluster start(
       File baseDir, String superuser, String superuserGroup, String nameservice,
-      SecureSetup secure) throws IOException {
+      SecureSetup secure, int[] namenodePorts, boolean keepData) throws IOException {
     Configuration conf = new HdfsConfiguration();
     conf.set(MiniDFSCluster.HDFS_MINIDFS_BASEDIR, baseDir.getPath());
     conf.setBoolean("dfs.permissions.enabled", true);
@@ -208,10 +273,18 @@ public final class TestCluster {
     if (secure != null) {
       secure.configureCluster(conf, superuserGroup);
     }
+    // Kept data: the namenode's image and the datanode's blocks of the last run, formatted only
+    // the first time; the blocks are reported at once, so no wait in safe mode.
+    boolean format = !(keepData && hasData(baseDir));
+    if (keepData) {
+      conf.setInt("dfs.namenode.safemode.extension", 0);
+    }
     MiniDFSCluster.Builder builder =
-        new MiniDFSCluster.Builder(conf, baseDir).numDataNodes(1).format(true);
+        new MiniDFSCluster.Builder(conf, baseDir).numDataNodes(1).format(format);
     if (nameservice == null) {
-      builder.nameNodePort(0).nameNodeHttpPort(0);
+      builder
+          .nameNodePort(namenodePorts == null ? 0 : namenodePorts[0])
+          .nameNodeHttpPort(namenodePorts == null ? 0 : namenodePorts[1]);
     } else {
       builder.nnTopology(
           new MiniDFSNNTopology()
@@ -225,7 +298,21 @@ public final class TestCluster {
       cluster.transitionToActive(0); // both start as standby
     }
     cluster.waitActive();
+    cluster.waitClusterUp();
+    while (cluster.getNameNode(0).isInSafeMode()) { // kept data: until the blocks are reported
+      try {
+        Thread.sleep(100);
+      } catch (InterruptedException e) {
+        throw new IOException("interrupted while the namenode was in safe mode", e);
+      }
+    }
     return cluster;
+  }
+
+  /** Whether {@code baseDir} holds a namenode's data of an earlier run ({@code --keep-data}). */
+  private static boolean hasData(File baseDir) {
+    File[] names = baseDir.listFiles((dir, name) -> name.startsWith("name-"));
+    return names != null && names.length > 0;
   }
 
   private static void writeClientConf(
@@ -316,9 +403,15 @@ public final class TestCluster {
     }
   }
 
-  private static synchronized void stop(MiniDFSCluster cluster, SecureSetup secure) {
+  private static synchronized void stop(
+      MiniDFSCluster cluster, SecureSetup secure, boolean keepData) {
     if (cluster.isClusterUp()) {
-      cluster.shutdown(true);
+      if (keepData) { // not shutdown(false): it deletes the data folder when the JVM exits
+        cluster.shutdownDataNodes();
+        cluster.shutdownNameNodes();
+      } else {
+        cluster.shutdown(true);
+      }
     }
     if (secure != null) {
       secure.stop();
@@ -364,16 +457,16 @@ public final class TestCluster {
    * folders are under {@code <baseDir>/yarn}; {@code hdfsConf} (the HDFS cluster's) lets
    * NodeManagers fetch an application's files from HDFS.
    */
-  private static MiniYARNCluster startYarn(Configuration hdfsConf, File baseDir, int nodeManagers)
-      throws IOException {
+  private static MiniYARNCluster startYarn(
+      Configuration hdfsConf, File baseDir, int nodeManagers, int[] ports) throws IOException {
     // MiniYARNCluster puts its folders under GenericTestUtils.getTestDir(), i.e. this property.
     File yarnDir = new File(baseDir, "yarn");
     System.setProperty("test.build.data", yarnDir.getPath());
     YarnConfiguration conf = new YarnConfiguration(hdfsConf);
     // Our own addresses (loopback, free ports), not MiniYARNCluster's "localhost:0".
     conf.setBoolean(YarnConfiguration.YARN_MINICLUSTER_FIXED_PORTS, true);
-    for (String key : RM_ADDRESS_KEYS) {
-      conf.set(key, "127.0.0.1:0");
+    for (int i = 0; i < RM_ADDRESS_KEYS.size(); i++) {
+      conf.set(RM_ADDRESS_KEYS.get(i), "127.0.0.1:" + (ports == null ? 0 : ports[i]));
     }
     conf.setInt(YarnConfiguration.YARN_MINICLUSTER_NM_PMEM_MB, NODEMANAGER_MEMORY_MB);
     conf.setInt(YarnConfiguration.NM_VCORES, NODEMANAGER_VCORES);
