@@ -275,6 +275,18 @@ def _barrier_slots(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -
     )
 
 
+def _barrier_dynamic(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
+    return Explanation(
+        "distributed training (TorchDistributor's ranks, or rdd.barrier()) needs a fixed set of "
+        "executors, and this kernel's Spark adds and removes executors as it goes (dynamic "
+        "allocation): Spark refuses to start it.",
+        ("spark.dynamicAllocation.enabled",),
+        "start training in a kernel whose Spark has a fixed set: ops turn dynamic allocation "
+        "off in c.ScaleLabSpawner.spark_conf, or set spark.dynamicAllocation.enabled = false "
+        "in this notebook's own session before Spark starts.",
+    )
+
+
 #: TorchDistributor's own words when a rank's training function failed (the rank's traceback
 #: stayed in its output), and the failed barrier task: ``ResultTask(<stage>, <partition>)``.
 TORCH_FAILED = re.compile(
@@ -446,6 +458,7 @@ RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
     ),
     (re.compile(r"AccessControlException|Permission denied: user="), _hdfs_refused),
     (re.compile(r"BarrierJobSlotsNumberCheckFailed|SPARK-24819"), _barrier_slots),
+    (re.compile(r"BarrierJobRunWithDynamicAllocationException|SPARK-24942"), _barrier_dynamic),
 )
 
 

@@ -111,6 +111,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--config", help="your jupyterhub_config.py, as given to scalelab up")
     doctor.add_argument(
+        "--hadoop",
+        action="store_true",
+        help="check scalelab up --hadoop's configuration: the store on the test cluster's HDFS, "
+        "Spark on its YARN (while it runs)",
+    )
+    doctor.add_argument(
         "--quick",
         action="store_true",
         help="look at each kernel's program and modules without starting the kernel",
@@ -221,6 +227,7 @@ def _doctor(args: argparse.Namespace) -> int:
             config_file=args.config,
             quick=args.quick,
             student=args.student,
+            hadoop=args.hadoop,
         )
     except (OSError, SyntaxError) as exc:
         raise UsageError(f"cannot read the configuration: {exc}") from None

@@ -656,14 +656,25 @@ def _get(section: Any, key: str, default: Any) -> Any:
     return section[key] if key in section else default
 
 
-def _hub_config(state_dir: Path, ip: str, port: int, store_url: str | None) -> Any:
+def _hub_config(
+    state_dir: Path, ip: str, port: int, store_url: str | None, hadoop: bool = False
+) -> Any:
     """``scalelab up``'s embedded configuration for ``state_dir`` (a traitlets ``Config``),
     ``store_url`` made absolute as ``scalelab up`` makes it; the hub's and the proxy API's
-    ports, which ``scalelab up`` picks at start, are 0."""
+    ports, which ``scalelab up`` picks at start, are 0. ``hadoop``: ``scalelab up --hadoop``'s,
+    with the test cluster's ports saved in the state folder.
+
+    Raises
+    ------
+    UpError
+        ``hadoop``, and ``scalelab up --hadoop`` never ran on ``state_dir`` (no ports saved).
+    """
     from scalelab.commands.state_files import default_store_url
     from scalelab.commands.up import absolute_store_url
     from scalelab.commands.up_config import UpSettings, embedded_config
+    from scalelab.commands.up_hadoop import saved_service
 
+    service = saved_service(StateFolder(state_dir)) if hadoop else None
     settings = UpSettings(
         state_dir=str(state_dir),
         store_url=absolute_store_url(store_url) if store_url else default_store_url(state_dir),
@@ -672,6 +683,7 @@ def _hub_config(state_dir: Path, ip: str, port: int, store_url: str | None) -> A
         proxy_api_port=0,
         ip=ip,
         port=port,
+        hadoop=service.to_dict() if service else None,
     )
     return embedded_config(settings, password="doctor-does-not-log-in")
 
@@ -683,6 +695,7 @@ def load_settings(
     port: int = 8000,
     store_url: str | None = None,
     config_file: str | None = None,
+    hadoop: bool = False,
 ) -> DoctorSettings:
     """``scalelab up``'s configuration for ``state_dir``, with ``config_file`` loaded after it.
 
@@ -702,7 +715,7 @@ def load_settings(
     from scalelab.spawner.validation import spawner_settings
 
     state_dir = state_dir.expanduser().resolve()
-    c = _hub_config(state_dir, ip, port, store_url)
+    c = _hub_config(state_dir, ip, port, store_url, hadoop)
     operator = load_config_file(config_file) if config_file else None
     if operator is not None:
         c.merge(operator)
@@ -781,6 +794,7 @@ def check_configuration(
     port: int = 8000,
     store_url: str | None = None,
     config_file: str | None = None,
+    hadoop: bool = False,
 ) -> Check:
     """The configuration ``scalelab up`` would start the hub with: ``config_file`` compiles and
     runs, and passes the hub's own start-up validation (the same call ``scalelab up`` makes:
@@ -813,7 +827,7 @@ def check_configuration(
             f"chmod 600 {config_file} (or run scalelab up --shared-identity, a single-user trial)",
         )
     try:
-        check_hub_config(_hub_config(state_dir, ip, port, store_url), config_file)
+        check_hub_config(_hub_config(state_dir, ip, port, store_url, hadoop), config_file)
     except ConfigProblem as exc:
         return Check("Configuration", FAIL, exc.message, exc.fix)
     what = f"ScaleLab's defaults and {config_file}" if config_file else "ScaleLab's defaults"
@@ -830,20 +844,25 @@ def doctor_checks(
     env: Mapping[str, str] | None = None,
     quick: bool = False,
     student: str = "",
+    hadoop: bool = False,
 ) -> list[Check]:
     """Every check, the configuration first; the others on the operator's settings, or on
     ScaleLab's defaults when ``config_file`` cannot be loaded at all. ``quick``: the kernels'
     programs and modules are looked at, the kernels not started (seconds saved). ``student``:
     whom a Slurm spawner's ``exec_prefix`` is tried as (default: the first allowed user).
+    ``hadoop``: the configuration of ``scalelab up --hadoop`` on ``state_dir`` (the store on the
+    test cluster's HDFS, Spark on its YARN: checked while it runs).
 
     Raises
     ------
     FileNotFoundError
         ``config_file`` does not exist.
+    UpError
+        ``hadoop``, and ``scalelab up --hadoop`` never ran on ``state_dir``.
     """
     from scalelab.hub_ext.hub.config_check import ConfigProblem
 
-    where = {"ip": ip, "port": port, "store_url": store_url}
+    where = {"ip": ip, "port": port, "store_url": store_url, "hadoop": hadoop}
     config = check_configuration(state_dir, config_file=config_file, **where)
     try:
         settings = load_settings(state_dir, config_file=config_file, **where)

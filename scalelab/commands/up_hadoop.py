@@ -1,21 +1,11 @@
 """``scalelab up --hadoop``: the course's cluster path on one machine.
 
-The Hadoop test cluster (``hadoop/testcluster``, built by ``install.sh``: Hadoop's own
-MiniDFSCluster and MiniYARNCluster in one JVM, on 127.0.0.1) runs as a managed service of the hub,
-``scalelab-hadoop``: JupyterHub starts it with the hub, starts it again if it dies, and stops it
-with the hub. Its ports are fixed in ``<state>/hadoop/ports.json`` (free ones chosen at the first
-run; edit the file to move them), its data is kept in ``<state>/hadoop/data/`` across restarts,
-and it writes its client configuration into ``<state>/hadoop/conf/`` (each server's
-``HADOOP_CONF_DIR``). The course store is ``hdfs://127.0.0.1:<namenode port>/course``, each server
-is its student on HDFS (``HDFSUserIdentity``, simple authentication) and PySpark kernels run on
-YARN.
-
-Run by root, the JVM runs as the system user :data:`CLUSTER_USER`, never as root: YARN's
-containers (the students' executors) run as the cluster's user, as Hadoop's
-DefaultContainerExecutor does. This is a trial of the cluster path, not a cluster for students
-who distrust each other: a real course cluster runs containers as their student
-(LinuxContainerExecutor) and authenticates with Kerberos. Why: docs/operators-guide.md,
-"The cluster path on one machine".
+Hadoop's test cluster (``hadoop/testcluster``: HDFS and YARN in one JVM on 127.0.0.1) runs as the
+hub's managed service ``scalelab-hadoop`` -- fixed ports in ``<state>/hadoop/ports.json``, data
+kept in ``<state>/hadoop/data/``, client configuration in ``<state>/hadoop/conf/``, as the system
+user :data:`CLUSTER_USER` when run by root -- with the course store on its HDFS and Spark on its
+YARN. A trial of the cluster path: containers share the cluster's user, authentication is simple.
+Why: docs/design-notes.md, scalelab.commands.up_hadoop.
 """
 
 from __future__ import annotations
@@ -210,6 +200,30 @@ def choose_ports(path: Path) -> HadoopPorts:
         path.write_text(json.dumps(asdict(saved), indent=2) + "\n")
         path.chmod(0o644)
     return saved
+
+
+def saved_service(files: StateFolder) -> HadoopService:
+    """The cluster of an earlier ``scalelab up --hadoop`` on ``files`` (for ``scalelab doctor
+    --hadoop``; reads only).
+
+    Raises
+    ------
+    UpError
+        No ports were saved there (``scalelab up --hadoop`` never ran), or the file is bad.
+    """
+    path = ports_file(files)
+    ports = load_ports(path)
+    if ports is None:
+        raise UpError(
+            f"{path} does not exist: `scalelab up --hadoop` has not run on {files.root} yet; "
+            "start it once (the doctor checks its cluster while it runs)"
+        )
+    return HadoopService(
+        folder=str(path.parent),
+        ports=ports,
+        user=None,
+        superuser_group=grp.getgrgid(os.getegid()).gr_name,
+    )
 
 
 def check_ports(service: HadoopService) -> None:

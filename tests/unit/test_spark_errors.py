@@ -495,6 +495,25 @@ def test_a_barrier_stage_larger_than_the_cluster_names_num_processes_and_the_slo
     assert unknown is not None and "yarn has fewer" in unknown.title
 
 
+#: Spark 4.3's words (its spark-core jar) when a barrier stage runs with dynamic allocation on.
+BARRIER_DYNAMIC = (
+    "Py4JJavaError: An error occurred while calling o61.collectToPython.\n"
+    ": org.apache.spark.scheduler.BarrierJobRunWithDynamicAllocationException: [SPARK-24942]: "
+    "Barrier execution mode does not support dynamic resource allocation for now. You can "
+    'disable dynamic resource allocation by setting Spark conf "spark.dynamicAllocation.enabled" '
+    'to "false".'
+)
+
+
+def test_training_with_dynamic_allocation_on_names_the_setting_and_who_turns_it_off():
+    explanation = explain(BARRIER_DYNAMIC, {"spark.master": "yarn"}, {})
+    assert explanation is not None
+    assert explanation.settings == ("spark.dynamicAllocation.enabled",)
+    assert "needs a fixed set of executors" in explanation.title
+    assert "c.ScaleLabSpawner.spark_conf" in explanation.fix
+    assert explain(BARRIER, {"spark.master": "yarn"}, {}).settings[0] == "num_processes"
+
+
 def _interrupted_py4j_call() -> BaseException:
     """What a cell raises when the student interrupts it while it waits in a Py4J call: py4j
     re-raises the interrupt, and a ``finally`` on the way out calls the driver on the closed

@@ -29,6 +29,17 @@ def _service(user: str | None = "scalelab-hadoop") -> HadoopService:
     return HadoopService(folder="/srv/state/hadoop", ports=PORTS, user=user, superuser_group="root")
 
 
+def _settings(store_url: str, **changed) -> UpSettings:
+    return UpSettings(
+        state_dir="/srv/state",
+        store_url=store_url,
+        proxy_command=["chp"],
+        hub_port=1,
+        proxy_api_port=2,
+        **changed,
+    )
+
+
 def test_free_ports_are_chosen_once_then_read_back(tmp_path: Path):
     path = tmp_path / "hadoop" / "ports.json"
     first = choose_ports(path)
@@ -85,14 +96,7 @@ def test_the_service_is_added_beside_the_operators_services():
 
 
 def test_the_hub_config_puts_the_store_on_hdfs_and_spark_on_yarn():
-    settings = UpSettings(
-        state_dir="/srv/state",
-        store_url="hdfs://127.0.0.1:21001/course",
-        proxy_command=["chp"],
-        hub_port=1,
-        proxy_api_port=2,
-        hadoop=_service().to_dict(),
-    )
+    settings = _settings("hdfs://127.0.0.1:21001/course", hadoop=_service().to_dict())
     c = embedded_config(UpSettings.from_json(settings.to_json()), "password1")
     spawner = c.ScaleLabSpawner
     assert spawner.store_url == "hdfs://127.0.0.1:21001/course"
@@ -105,14 +109,17 @@ def test_the_hub_config_puts_the_store_on_hdfs_and_spark_on_yarn():
 
 
 def test_without_hadoop_nothing_of_it_is_configured():
-    settings = UpSettings(
-        state_dir="/srv/state",
-        store_url="file:///srv/state/store",
-        proxy_command=["chp"],
-        hub_port=1,
-        proxy_api_port=2,
-    )
+    settings = _settings("file:///srv/state/store")
     c = embedded_config(settings, "password1")
     assert c.ScaleLabSpawner.spark_master != "yarn"
     assert "hadoop_conf_dir" not in c.ScaleLabSpawner
     assert "add_service" not in config_file_text(settings, None)
+
+
+def test_the_doctor_for_hadoop_needs_a_state_folder_it_ran_on(tmp_path: Path):
+    from scalelab.commands.doctor import doctor_checks
+
+    with pytest.raises(UpError) as raised:
+        doctor_checks(tmp_path, hadoop=True, quick=True)
+    assert "`scalelab up --hadoop` has not run on" in str(raised.value)
+    assert str(tmp_path / "hadoop" / "ports.json") in str(raised.value)

@@ -3,9 +3,11 @@
 The Hadoop test cluster (HDFS and YARN in one JVM) runs as the hub's managed service
 ``scalelab-hadoop``, as its own system user (never root); the course store is on its HDFS, a
 student's server runs as the student's system user and is the student on HDFS, and a PySpark cell
-runs on its YARN as the student. Stopped with the hub, the cluster's processes are gone and its
-ports free; started again on the same state folder, it has the same ports and the student's file
-is still there.
+runs on its YARN as the student; with the operators' guide's dynamic allocation in the operator's
+``--config``, the idle kernel's executors are given back and come again for the next cell;
+``scalelab doctor --hadoop`` finds the running cluster healthy. Stopped with the hub, the
+cluster's processes are gone and its ports free; started again on the same state folder, it has
+the same ports and the student's file is still there.
 
 Its own cluster, not the session's ``hdfs_cluster``: the cluster's life with the hub is what is
 tested. The state folder is in a 0755 folder of its own (pytest's are 0700: the cluster's user and
@@ -20,7 +22,10 @@ import pwd
 import re
 import shutil
 import stat
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,6 +51,21 @@ pytestmark = [
 
 STUDENT = "hadoopy"
 
+#: The operators' guide's dynamic allocation, in the operator's ``--config`` (short idle timeouts:
+#: executors given back seconds after the cell).
+DYNAMIC_CONFIG = """
+from scalelab.commands.up_hadoop import SPARK_CONF
+c.ScaleLabSpawner.spark_conf = {
+    **SPARK_CONF,
+    "spark.dynamicAllocation.enabled": "true",
+    "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+    "spark.dynamicAllocation.minExecutors": "0",
+    "spark.dynamicAllocation.maxExecutors": "2",
+    "spark.dynamicAllocation.executorIdleTimeout": "2s",
+    "spark.dynamicAllocation.shuffleTracking.timeout": "2s",
+}
+"""
+
 SPARK_CELL = """
 import json
 from scalelab.store import open_store
@@ -66,8 +86,8 @@ def folder() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _up(folder: Path) -> ScaleLabUp:
-    up = ScaleLabUp(folder / "state", shared_identity=False)
+def _up(folder: Path, extra_config: str = "") -> ScaleLabUp:
+    up = ScaleLabUp(folder / "state", extra_config=extra_config, shared_identity=False)
     up.argv.append("--hadoop")
     return up
 
@@ -86,6 +106,19 @@ def _cluster_jvms(folder: Path) -> list[psutil.Process]:
     return found
 
 
+def _containers_when_idle(app_url: str, timeout_s: float = 90) -> int:
+    """The application's running containers once its executors are given back (the
+    application master's alone: 1), or their count at ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    running = -1
+    while time.monotonic() < deadline:
+        running = requests.get(app_url, timeout=30).json()["app"]["runningContainers"]
+        if running == 1:
+            break
+        time.sleep(1)
+    return running
+
+
 def _webhdfs(folder: Path, op: str, path: str) -> requests.Response:
     http = _ports(folder)["namenode_http"]
     url = f"http://127.0.0.1:{http}/webhdfs/v1{path}?op={op}&user.name=root"
@@ -95,7 +128,7 @@ def _webhdfs(folder: Path, op: str, path: str) -> requests.Response:
 @pytest.fixture(scope="module")
 def first_run(folder: Path) -> Iterator[dict]:
     """The first run: the banner, the cluster's JVM, and alice's cell on YARN; then stopped."""
-    up = _up(folder)
+    up = _up(folder, DYNAMIC_CONFIG)
     seen: dict = {}
     with running(up):
         seen["banner"] = "".join(up.output)
@@ -118,9 +151,15 @@ def first_run(folder: Path) -> Iterator[dict]:
             web = _ports(folder)["web"]
             apps = f"http://127.0.0.1:{web}/ws/v1/cluster/apps/{answer['application']}"
             seen["app"] = requests.get(apps, timeout=30).json()["app"]
+            seen["containers_idle"] = _containers_when_idle(apps)
+            again = asyncio.run(execute(up, STUDENT, kernel, "spark.range(10).count()", 300))
+            seen["again"] = again
         seen["home"] = _webhdfs(folder, "GETFILESTATUS", f"/course/home/{STUDENT}").json()
         up.server_api(STUDENT, "DELETE", f"/kernels/{kernel}")
         seen["ports"] = _ports(folder)
+        doctor = [sys.executable, "-m", "scalelab", "doctor", "--hadoop", "--quick"]
+        doctor += ["--state-dir", str(folder / "state"), "--port", str(up.port)]
+        seen["doctor"] = subprocess.run(doctor, capture_output=True, text=True, timeout=300)
     seen["jvms_after_stop"] = [p.pid for p in _cluster_jvms(folder) if p.is_running()]
     seen["free_after_stop"] = {name: port_free(port) for name, port in seen["ports"].items()}
     return seen
@@ -167,6 +206,23 @@ def test_a_students_pyspark_cell_runs_on_yarn_as_the_student(first_run: dict, fo
     )
     home = first_run["home"]["FileStatus"]
     assert (home["owner"], home["permission"]) == (STUDENT, "700")
+
+
+def test_with_dynamic_allocation_an_idle_kernel_gives_its_executors_back(first_run: dict):
+    # The guide's recipe, set by the operator: the idle kernel's application keeps its
+    # application master alone, and the next cell gets executors again.
+    assert first_run["containers_idle"] == 1
+    assert first_run["again"]["status"] == "ok", first_run["again"]
+    assert first_run["again"]["result"] == "10"
+
+
+def test_the_doctor_checks_the_running_cluster(first_run: dict):
+    report = first_run["doctor"].stdout
+    ports = first_run["ports"]
+    store = f"hdfs://127.0.0.1:{ports['namenode_rpc']}/course"
+    assert f"[ ok ] Course store: {store} is reachable" in report, report
+    assert "[ ok ] HDFS namenode:" in report, report
+    assert "[ ok ] YARN ResourceManager:" in report, report
 
 
 def test_the_cluster_stops_with_the_hub(first_run: dict):
