@@ -220,7 +220,9 @@ def test_the_doctor_checks_the_running_cluster(first_run: dict):
     report = first_run["doctor"].stdout
     ports = first_run["ports"]
     store = f"hdfs://127.0.0.1:{ports['namenode_rpc']}/course"
-    assert f"[ ok ] Course store: {store} is reachable" in report, report
+    # (a warning: the data sets are not fetched into the new store)
+    assert f"Course store: {store} is reachable" in report, report
+    assert first_run["doctor"].returncode == 0 and "All checks passed." in report, report
     assert "[ ok ] HDFS namenode:" in report, report
     assert "[ ok ] YARN ResourceManager:" in report, report
 
