@@ -24,7 +24,7 @@ TESTS = Path(__file__).resolve().parents[1]
 #: Units that start first, longest first (minutes each in ``--durations``): the run ends
 #: sooner when no worker is left alone with one of them at the end.
 FIRST = (
-    "labs/", "hadoop-cluster", "slurm-cluster", "browser/", "integration/hadoop/",
+    "labs/", "hadoop-cluster", "slurm-cluster", "system-users", "browser/", "integration/hadoop/",
     "integration/spark/",
 )  # fmt: skip
 
@@ -37,7 +37,10 @@ def _file_unit(relative: str) -> str:
     """The unit of the test file at ``relative`` (to ``tests/``), from its source."""
     tree = ast.parse((TESTS / relative).read_text())
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "tests.support.sysusers":
+        if isinstance(node, ast.ImportFrom) and (
+            node.module == "tests.support.sysusers"
+            or (node.module == "tests.support" and any(a.name == "sysusers" for a in node.names))
+        ):
             return "system-users"
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             for arg in node.args.args:

@@ -42,6 +42,8 @@ def test_files_that_share_a_cluster_or_system_users_are_one_unit_and_each_lab_it
     assert unit_of(kerberos) == "integration/hadoop/test_store_kerberos.py"
     assert unit_of("tests/integration/hub/test_isolation.py::a") == "system-users"
     assert unit_of("tests/integration/s3/test_isolation_s3.py::b") == "system-users"
+    # `from tests.support import sysusers` counts as well as `from tests.support.sysusers import`
+    assert unit_of("tests/integration/hadoop/test_up_hadoop.py::c") == "system-users"
     # the hub fixture takes slurm_cluster: one Slurm test cluster for both files
     assert unit_of("tests/integration/slurm/test_slurm_hub.py::a") == "slurm-cluster"
     assert unit_of("tests/integration/slurm/test_slurm_sudo.py::b") == "slurm-cluster"
@@ -55,6 +57,7 @@ def test_the_long_units_start_first_in_their_order():
         start_rank("tests/labs/test_labs.py::test_lab2"),
         start_rank("tests/integration/hadoop/test_torch_yarn.py::t"),
         start_rank("tests/integration/slurm/test_slurm_hub.py::t"),
+        start_rank("tests/integration/hadoop/test_up_hadoop.py::t"),  # a system-users file
         start_rank("tests/browser/test_browser.py::t"),
         start_rank("tests/integration/hadoop/test_store_kerberos.py::t"),
         start_rank("tests/integration/spark/test_spark_kernel.py::t"),
