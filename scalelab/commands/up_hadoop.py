@@ -395,8 +395,8 @@ def wait_ready(
 
 
 def prepare_course_store(service: HadoopService) -> None:
-    """Make the course folder's ``datasets/`` and ``home/`` on HDFS (mode 0755, the superuser's)
-    where missing, as ops of a course cluster do once.
+    """Make the course folder's ``datasets/`` and ``home/`` on HDFS where missing (the hub's
+    user's, HDFS's default umask 022: readable by all), as ops of a course cluster do once.
 
     Raises
     ------
