@@ -18,11 +18,12 @@ from pathlib import Path
 from urllib.parse import quote
 
 from jupyterhub.spawner import LocalProcessSpawner, SpawnException
-from traitlets import Bool, Unicode, default
+from traitlets import Bool, CaselessStrEnum, Int, Unicode, default
 
 from scalelab import envvars
 from scalelab.common.ports import free_port
 from scalelab.common.processes import pid_runs
+from scalelab.spawner import cgroups
 from scalelab.spawner.course import CourseSpawnerMixin
 from scalelab.spawner.homes import make_home
 from scalelab.spawner.server_logs import ServerLogMixin, server_log_path
@@ -105,8 +106,45 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
         default): the system's temporary folder (`TMPDIR`, else /tmp).""",
     )
 
+    cgroups = CaselessStrEnum(
+        ["auto", "on", "off"],
+        "auto",
+        config=True,
+        help="""Run each server in a Linux cgroup of its own (cgroup v2, or v1's memory, cpu and
+        pids controllers), which holds the server, its kernels, their Spark drivers and
+        everything they start: `mem_limit` (bytes of memory, swap included), `cpu_limit`
+        (CPUs) and `tasks_limit` (processes and threads) bound them together, and when the
+        server stops or dies whatever is still in it is killed (a process a kernel started in
+        a session of its own too). `auto` (the default): on when the hub runs as root and the
+        cgroup file system is writable, else off with one warning in the hub's log; `on`: a
+        server that cannot get one does not start, and says why; `off`: none.""",
+    )
+
+    cgroup_parent = Unicode(
+        "scalelab",
+        config=True,
+        help="""Folder, under each cgroup hierarchy's root (/sys/fs/cgroup, or
+        /sys/fs/cgroup/<controller> on cgroup v1), of the servers' cgroups: each server's is
+        `<cgroup_parent>/<its runtime folder's name>`. On a systemd host (cgroup v2) give the
+        hub's service `Delegate=yes` and point this into its own cgroup.""",
+    )
+
+    tasks_limit = Int(
+        4096,
+        min=0,
+        config=True,
+        help="""Processes and threads one server, its kernels and everything they start may
+        have together (cgroup `pids.max`; 0: no limit). A Spark driver's JVM has 100 to 300
+        threads, a PyTorch process about one per core; a fork bomb stops here. Used with
+        `cgroups` on.""",
+    )
+
     #: This server's Jupyter runtime folder while it runs (kept in the spawner's state).
     runtime_dir: str = ""
+    #: This server's cgroup's name (under ``cgroup_parent``) while it has one (in the state).
+    cgroup_name: str = ""
+    #: Whether "auto" cgroups were found unusable (warned once per spawner).
+    _cgroups_warned: bool = False
 
     @default("cmd")
     def _default_cmd(self) -> list[str]:
@@ -155,12 +193,21 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
     def make_preexec_fn(self, name):
         if not self._as_hub_user:
             # LocalProcessSpawner's: setgid, initgroups, setuid to the user, chdir to its home.
-            return super().make_preexec_fn(self.system_user)
-        home = self.home_dir
+            as_user = super().make_preexec_fn(self.system_user)
+        else:
+            home = self.home_dir
+
+            def as_user() -> None:
+                os.makedirs(home, 0o700, exist_ok=True)
+                os.chdir(home)
+
+        if not self.cgroup_name:
+            return as_user
+        join = self._cgroup().join_paths()
 
         def preexec() -> None:
-            os.makedirs(home, 0o700, exist_ok=True)
-            os.chdir(home)
+            cgroups.join(join)  # still root: the cgroup's files are root's
+            as_user()
 
         return preexec
 
@@ -213,25 +260,95 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
         if self.port == 0:  # JupyterHub's own pick (port 0) could race a kernel's JVM for it
             self.port = free_port(self.ip or "127.0.0.1")
         try:
+            await asyncio.to_thread(self._make_cgroup)
             return await super().start()
         except BaseException:
+            self._end_cgroup()
             self._remove_runtime_dir()
             raise
+
+    async def stop(self, now=False):
+        await super().stop(now=now)
+        await asyncio.to_thread(self._end_cgroup)  # what the server left running
 
     def get_state(self):
         state = super().get_state()
         if self.runtime_dir:
             state["scalelab_runtime_dir"] = self.runtime_dir
+        if self.cgroup_name:
+            state["scalelab_cgroup"] = self.cgroup_name
         return state
 
     def load_state(self, state):
         super().load_state(state)
         self.runtime_dir = state.get("scalelab_runtime_dir", "")
+        self.cgroup_name = state.get("scalelab_cgroup", "")
 
     def clear_state(self):
-        # JupyterHub clears a server's state when it stopped or died, and before a new start.
+        # JupyterHub clears a server's state when it stopped or died (without calling stop()
+        # when it found the server dead), and before a new start.
         super().clear_state()
+        self._end_cgroup()
         self._remove_runtime_dir()
+
+    def _cgroup(self) -> cgroups.ServerCgroup:
+        """This server's cgroup (``cgroup_name`` under ``cgroup_parent``).
+
+        Raises
+        ------
+        cgroups.CgroupError
+            The host has no usable cgroup hierarchy.
+        """
+        return cgroups.ServerCgroup(self.cgroup_parent, self.cgroup_name)
+
+    def _make_cgroup(self) -> None:
+        """Make this start's cgroup with the server's limits (see ``cgroups``), named after its
+        runtime folder; with ``cgroups = "auto"`` and none possible, warn once and go on.
+
+        Raises
+        ------
+        SpawnException
+            ``cgroups = "on"`` and it cannot be made; the message says why.
+        """
+        wanted = self.cgroups.lower()
+        if wanted == "off" or (wanted == "auto" and os.geteuid() != 0):
+            return
+        self.cgroup_name = Path(self.runtime_dir).name
+        limits = cgroups.limits_of(self.mem_limit, self.cpu_limit, self.tasks_limit)
+        try:
+            self._cgroup().create(limits)
+        except cgroups.CgroupError as exc:
+            self._end_cgroup()
+            self.cgroup_name = ""
+            if wanted == "on":
+                raise SpawnException(
+                    f"Cannot give {self.user.name}'s server its cgroup: {exc}.",
+                    reason="cgroup",
+                    status_code=500,
+                ) from None
+            if not self._cgroups_warned:
+                self._cgroups_warned = True
+                self.log.warning("Servers run without a cgroup of their own (limits, end): %s", exc)
+
+    def _end_cgroup(self) -> None:
+        """Kill what is left in this server's cgroup and remove it (nothing when it has none);
+        pids that outlast :data:`cgroups.END_TIMEOUT_S` are logged and the cgroup kept."""
+        if not self.cgroup_name:
+            return
+        try:
+            left = self._cgroup().end()
+        except cgroups.CgroupError as exc:
+            self.log.warning("Cannot end %s's cgroup: %s", self._log_name, exc)
+            return
+        if left:
+            self.log.warning(
+                "%s: processes %s are still in cgroup %s after SIGKILL; kept for the next stop",
+                self._log_name,
+                sorted(left),
+                self.cgroup_name,
+            )
+            return
+        self.cgroup_name = ""
 
     async def _signal(self, sig):
         """JupyterHub's signal to the server's process, where a zombie counts as gone.

@@ -8,7 +8,9 @@ hub's and the proxy's environment, signalling bob's server, the hub's secrets in
 folder in the local course store through the raw file system, ``open_store(url)`` (unguarded;
 ``open_store()`` is her guarded view), ``student_store("bob")``, a changed ``JUPYTERHUB_USER``
 and ``store.fs``; writing into ``datasets/``. Each of the :data:`ATTEMPTS` must be refused by
-the operating system; alice's own home, store folder and the data sets keep working.
+the operating system; alice's own home, store folder and the data sets keep working. Each
+server runs in a cgroup of its own with the hub's limits, and a process alice's kernel started
+in a session of its own ends with her server.
 
 Needs root, to make system users (CI runs as root): skipped, with that reason, otherwise. The
 users it makes are removed at the end.
@@ -23,6 +25,7 @@ import pwd
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +34,7 @@ import pytest
 import requests
 
 from scalelab.common.processes import pid_runs
+from scalelab.spawner import cgroups
 from scalelab.spawner.system_users import NO_LOGIN
 from tests.support.hubproc import ScaleLabUp, execute, server_process
 from tests.support.sysusers import MARKS, remove_users
@@ -104,6 +108,7 @@ allowed = {{
     "spark": spark.range(10).count(),  # starts the Spark driver's JVM, as alice
 }}
 import tempfile
+import time
 from pyspark import SparkFiles
 temporary = {{  # the server's own temporary folder, for Python, Spark and the driver's JVM
     "python": tempfile.gettempdir(),
@@ -114,6 +119,10 @@ print(json.dumps({{"outcome": outcome, "allowed": allowed, "detail": detail, "tm
 """
 
 
+#: The servers' limits in this hub (each server and all it starts: a PySpark kernel's JVM fits).
+LIMITS = "c.ScaleLabSpawner.mem_limit = '3G'\nc.ScaleLabSpawner.cpu_limit = 1.5\n"
+
+
 @pytest.fixture(scope="module")
 def hub() -> Iterator[ScaleLabUp]:
     remove_users(STUDENTS)
@@ -121,7 +130,7 @@ def hub() -> Iterator[ScaleLabUp]:
     # users cannot enter (scalelab up would then run a single-user trial, see test_identity.py).
     base = Path(tempfile.mkdtemp(prefix="scalelab-isolation-"))
     base.chmod(0o711)  # as /var/lib is: others may enter it
-    up = ScaleLabUp(base / "state", shared_identity=False)
+    up = ScaleLabUp(base / "state", extra_config=LIMITS, shared_identity=False)
     try:
         up.start()
         for user in STUDENTS:
@@ -283,6 +292,58 @@ def test_alices_token_opens_neither_bobs_server_nor_his_hub_record(hub: ScaleLab
     ):
         answer = requests.get(url, headers=headers, timeout=30, allow_redirects=False)
         assert answer.status_code in (403, 404), (url, answer.status_code)
+
+
+#: Runs in alice's kernel: a process in a session of its own (a daemon, `nohup ... &`), and
+#: the kernel's cgroup as the kernel sees it.
+ESCAPE = """
+import json, subprocess
+daemon = subprocess.Popen(["sleep", "600"], start_new_session=True)
+print(json.dumps({"daemon": daemon.pid, "cgroup": open("/proc/self/cgroup").read()}))
+"""
+
+
+@pytest.mark.asyncio
+async def test_alices_server_is_bounded_and_nothing_of_it_outlives_its_stop(hub: ScaleLabUp):
+    """Last in this module: it stops alice's server."""
+    name = hub.api("GET", "/users/alice").json()["servers"][""]["state"]["scalelab_cgroup"]
+    assert name.startswith("scalelab-runtime-alice-"), name
+    where = cgroups.cgroup_of(server_process(hub, "alice").pid)
+    version = 2 if "" in where and where[""].name == name else 1
+    folder = {k: where["" if version == 2 else k] for k in ("memory", "cpu", "pids")}
+    assert {f.name for f in folder.values()} == {name}
+    assert folder["pids"].parent.name == "scalelab"  # c.ScaleLabSpawner.cgroup_parent
+    if version == 1:
+        limits = {
+            "memory": (folder["memory"] / "memory.limit_in_bytes").read_text().strip(),
+            "cpu": (folder["cpu"] / "cpu.cfs_quota_us").read_text().strip(),
+            "pids": (folder["pids"] / "pids.max").read_text().strip(),
+        }
+        assert limits == {"memory": str(3 * 2**30), "cpu": "150000", "pids": "4096"}
+    else:
+        assert (folder["memory"] / "memory.max").read_text().strip() == str(3 * 2**30)
+        assert (folder["cpu"] / "cpu.max").read_text().split() == ["150000", "100000"]
+        assert (folder["pids"] / "pids.max").read_text().strip() == "4096"
+    kernel = hub.server_api("alice", "POST", "/kernels", json={"name": "scalelab-pytorch"})
+    out = await execute(hub, "alice", kernel.json()["id"], ESCAPE)
+    assert out["error"] is None, out
+    report = json.loads(out["stdout"].strip().splitlines()[-1])
+    daemon = report["daemon"]
+    assert f"/scalelab/{name}" in report["cgroup"]  # the kernel is in her server's cgroup
+    assert (
+        pid_runs(daemon)
+        and psutil.Process(daemon).uids().effective == pwd.getpwnam("jupyter-alice").pw_uid
+    )
+    bob_server = server_process(hub, "bob").pid
+
+    assert hub.api("DELETE", "/users/alice/server").status_code in (202, 204)
+    deadline = time.monotonic() + 60
+    while hub.api("GET", "/users/alice").json()["servers"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert hub.api("GET", "/users/alice").json()["servers"] == {}
+    assert not pid_runs(daemon)
+    assert [f.exists() for f in folder.values()] == [False, False, False]
+    assert pid_runs(bob_server)  # bob's server, in a cgroup of its own, runs on
 
 
 def _loopback(ip: str) -> bool:
