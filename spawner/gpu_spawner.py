@@ -125,11 +125,14 @@ class GPUSpawnerMixin(Spawner):
         default_value=DEFAULT_PROFILES,
         config=True,
         help="""Profiles of the spawn form: [{"slug": "gpu-1", "display_name": "1 GPU", "gpus": 1,
-        "description": "...", "default": false, "groups": ["research"]}, ...]. Profiles that ask
-        for more GPUs than the hub has are hidden. `groups` (optional): the JupyterHub groups
-        whose members alone see the profile and may start it (others asking for it, with a
-        tampered form or the REST API, are refused with 403); at least one profile, the default,
-        has no `groups`. Misspelt keys are an error.""",
+        "description": "...", "default": false, "groups": ["research"], "mem_limit": "32G",
+        "cpu_limit": 8}, ...]. Profiles that ask for more GPUs than the hub has are hidden.
+        `groups` (optional): the JupyterHub groups whose members alone see the profile and may
+        start it (others asking for it, with a tampered form or the REST API, are refused with
+        403); at least one profile, the default, has no `groups`. `mem_limit` and `cpu_limit`
+        (optional): the spawner's `mem_limit` ("8G", "512M" or bytes) and `cpu_limit` (CPUs)
+        for a server of this profile, instead of the spawner's own (on the local spawner, its
+        cgroup's limits). Misspelt keys are an error.""",
     )
     declared_gpus = List(
         Dict(),
@@ -223,6 +226,9 @@ class GPUSpawnerMixin(Spawner):
     _request: SpawnRequest | None = None
     _holding: Holding | None = None
     _base_start_timeout: float | None = None
+    #: The configured ``(mem_limit, cpu_limit)``, kept at the first start (see
+    #: :meth:`_apply_profile_limits`).
+    _base_limits: tuple[Any, Any] | None = None
     _session_watch: asyncio.Task | None = None
     #: Whether this server was started before the hub's last restart (its state was loaded):
     #: a local process's exit status is then unknown, and JupyterHub reports it as 0.
@@ -392,10 +398,21 @@ class GPUSpawnerMixin(Spawner):
             self._forget_options()
             raise self._refused(exc.status, str(exc)) from None
         self._request = request
+        self._apply_profile_limits(request.profile)
         if self._base_start_timeout is None:
             self._base_start_timeout = self.start_timeout  # as configured
         queue_s = (self.gpu_queue_timeout or _NO_QUEUE_LIMIT_S) if request.gpus else 0
         self.start_timeout = int(self._base_start_timeout + queue_s)
+
+    def _apply_profile_limits(self, profile: Profile) -> None:
+        """This start's ``mem_limit`` and ``cpu_limit``: the profile's where it sets them, else
+        the configured ones (kept at the first start, so that one profile's never sticks to the
+        next start of another)."""
+        if self._base_limits is None:
+            self._base_limits = (self.mem_limit, self.cpu_limit)
+        memory, cpus = self._base_limits
+        self.mem_limit = profile.mem_limit if profile.mem_limit is not None else memory
+        self.cpu_limit = profile.cpu_limit if profile.cpu_limit is not None else cpus
 
     def _refused(self, status: int, message: str) -> OptionsRefused:
         return refuse(self.log, self.user.name, self.name, status, message)

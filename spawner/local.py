@@ -23,7 +23,7 @@ from traitlets import Bool, CaselessStrEnum, Int, Unicode, default
 from scalelab import envvars
 from scalelab.common.ports import free_port
 from scalelab.common.processes import pid_runs
-from scalelab.spawner import cgroups
+from scalelab.spawner import cgroups as server_cgroups
 from scalelab.spawner.course import CourseSpawnerMixin
 from scalelab.spawner.homes import make_home
 from scalelab.spawner.server_logs import ServerLogMixin, server_log_path
@@ -206,7 +206,7 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
         join = self._cgroup().join_paths()
 
         def preexec() -> None:
-            cgroups.join(join)  # still root: the cgroup's files are root's
+            server_cgroups.join(join)  # still root: the cgroup's files are root's
             as_user()
 
         return preexec
@@ -291,15 +291,15 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
         self._end_cgroup()
         self._remove_runtime_dir()
 
-    def _cgroup(self) -> cgroups.ServerCgroup:
+    def _cgroup(self) -> server_cgroups.ServerCgroup:
         """This server's cgroup (``cgroup_name`` under ``cgroup_parent``).
 
         Raises
         ------
-        cgroups.CgroupError
+        server_cgroups.CgroupError
             The host has no usable cgroup hierarchy.
         """
-        return cgroups.ServerCgroup(self.cgroup_parent, self.cgroup_name)
+        return server_cgroups.ServerCgroup(self.cgroup_parent, self.cgroup_name)
 
     def _make_cgroup(self) -> None:
         """Make this start's cgroup with the server's limits (see ``cgroups``), named after its
@@ -314,11 +314,14 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
         if wanted == "off" or (wanted == "auto" and os.geteuid() != 0):
             return
         self.cgroup_name = Path(self.runtime_dir).name
-        limits = cgroups.limits_of(self.mem_limit, self.cpu_limit, self.tasks_limit)
+        limits = server_cgroups.limits_of(self.mem_limit, self.cpu_limit, self.tasks_limit)
+        group = None
         try:
-            self._cgroup().create(limits)
-        except cgroups.CgroupError as exc:
-            self._end_cgroup()
+            group = self._cgroup()
+            group.create(limits)
+        except server_cgroups.CgroupError as exc:
+            if group is not None:
+                group.end()  # what was made of it (a limit the kernel refused)
             self.cgroup_name = ""
             if wanted == "on":
                 raise SpawnException(
@@ -332,12 +335,12 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
 
     def _end_cgroup(self) -> None:
         """Kill what is left in this server's cgroup and remove it (nothing when it has none);
-        pids that outlast :data:`cgroups.END_TIMEOUT_S` are logged and the cgroup kept."""
+        pids that outlast :data:`server_cgroups.END_TIMEOUT_S` are logged and the cgroup kept."""
         if not self.cgroup_name:
             return
         try:
             left = self._cgroup().end()
-        except cgroups.CgroupError as exc:
+        except server_cgroups.CgroupError as exc:
             self.log.warning("Cannot end %s's cgroup: %s", self._log_name, exc)
             return
         if left:

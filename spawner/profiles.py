@@ -15,6 +15,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from jupyterhub.traitlets import ByteSpecification
+from traitlets import TraitError
+
 #: Keys a client may send in ``user_options``.
 OPTION_KEYS = frozenset({"profile", "gpus", "spark_driver_memory"})
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -56,6 +59,12 @@ class Profile:
     groups
         JupyterHub groups whose members alone are offered this profile and may start it
         (empty: everyone).
+    mem_limit
+        Bytes of memory a server of this profile, its kernels and all they start may use
+        together (the spawner's ``mem_limit`` for this start: the local spawner's cgroup,
+        KubeSpawner's pod limit), or None for the spawner's own.
+    cpu_limit
+        CPUs for the same (the spawner's ``cpu_limit``), or None for the spawner's own.
     """
 
     slug: str
@@ -64,6 +73,8 @@ class Profile:
     description: str = ""
     default: bool = False
     groups: tuple[str, ...] = ()
+    mem_limit: int | None = None
+    cpu_limit: float | None = None
 
     def open_to(self, groups: Collection[str]) -> bool:
         """Whether a member of ``groups`` (JupyterHub group names) may have this profile."""
@@ -79,7 +90,52 @@ class SpawnRequest:
     spark_driver_memory: str
 
 
-PROFILE_KEYS = frozenset({"slug", "display_name", "gpus", "description", "default", "groups"})
+PROFILE_KEYS = frozenset(
+    {"slug", "display_name", "gpus", "description", "default", "groups", "mem_limit", "cpu_limit"}
+)
+
+
+def _memory_limit(value: Any, where: str) -> int | None:
+    """A profile's ``mem_limit`` in bytes: JupyterHub's notation (``"8G"``, ``"512M"``, a whole
+    number of bytes; K, M, G, T are powers of 1024), or None when not given (pure).
+
+    Raises
+    ------
+    ValueError
+        Anything else, or not above 0; the message names the profile.
+    """
+    if value is None:
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TraitError(value)
+        size = ByteSpecification().validate(None, value)
+    except (TraitError, TypeError, ValueError):  # TypeError: a list, say
+        size = 0
+    if not size or size <= 0:
+        raise ValueError(
+            f'{where}: \'mem_limit\' must be a size like "8G" or "512M" (K, M, G, T: powers '
+            f"of 1024) or a number of bytes above 0, not {_short(value)}"
+        )
+    return int(size)
+
+
+def _cpu_limit(value: Any, where: str) -> float | None:
+    """A profile's ``cpu_limit``: a number of CPUs above 0, or None when not given (pure).
+
+    Raises
+    ------
+    ValueError
+        Anything else; the message names the profile.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(
+            f"{where}: 'cpu_limit' must be a number of CPUs above 0 (e.g. 2 or 0.5), not "
+            f"{_short(value)}"
+        )
+    return float(value)
 
 
 def profiles_from_config(entries: Sequence[Mapping[str, Any]]) -> list[Profile]:
@@ -123,6 +179,8 @@ def profiles_from_config(entries: Sequence[Mapping[str, Any]]) -> list[Profile]:
                 description=str(entry.get("description", "")),
                 default=bool(entry.get("default", False)),
                 groups=tuple(groups),
+                mem_limit=_memory_limit(entry.get("mem_limit"), where),
+                cpu_limit=_cpu_limit(entry.get("cpu_limit"), where),
             )
         )
     slugs = [p.slug for p in profiles]

@@ -4,11 +4,16 @@ real kernel's enforcement is tests/integration/hub/test_server_cgroup.py)."""
 
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from jupyterhub.spawner import SpawnException
+from traitlets.config import Config
 
-from scalelab.spawner import cgroups
+from scalelab.spawner import ScaleLabSpawner, cgroups
 from scalelab.spawner.cgroups import CgroupError, Limits, ServerCgroup
 
 
@@ -117,3 +122,41 @@ def test_ending_an_empty_cgroup_removes_its_folders(tmp_path: Path):
     assert group.end() == set()
     assert [f.exists() for f in group.folders.values()] == [False, False, False]
     assert all(parent.is_dir() for parent in group.parents.values())  # the parent stays
+
+
+def _spawner(tmp_path: Path, **settings) -> ScaleLabSpawner:
+    c = Config()
+    for key, value in settings.items():
+        setattr(c.ScaleLabSpawner, key, value)
+    user = SimpleNamespace(name="alice", url="/user/alice/", groups=[], admin=False)
+    spawner = ScaleLabSpawner(config=c, user=user)
+    spawner.runtime_dir = str(tmp_path / "scalelab-runtime-alice-x1")
+    return spawner
+
+
+def test_a_server_that_must_have_a_cgroup_and_cannot_does_not_start(tmp_path: Path):
+    spawner = _spawner(tmp_path, cgroups="on", cgroup_parent="course/..")
+    with pytest.raises(SpawnException) as caught:
+        spawner._make_cgroup()
+    assert "Cannot give alice's server its cgroup: '..' is not a cgroup name" in str(caught.value)
+    assert spawner.cgroup_name == ""  # nothing to end, nothing in its state
+    assert "scalelab_cgroup" not in spawner.get_state()
+
+
+def test_auto_goes_on_without_one_and_says_so_once(tmp_path: Path, caplog):
+    spawner = _spawner(tmp_path, cgroups="auto", cgroup_parent="..")
+    spawner.log = logging.getLogger("test-cgroups-auto")
+    with caplog.at_level(logging.WARNING, "test-cgroups-auto"):
+        spawner._make_cgroup()
+        spawner._make_cgroup()
+    assert spawner.cgroup_name == ""
+    if os.geteuid() == 0:  # as root "auto" tries, fails on the name, and warns once
+        assert [r.getMessage() for r in caplog.records] == [
+            "Servers run without a cgroup of their own (limits, end): '..' is not a cgroup "
+            "name (one folder name, no '/')"
+        ]
+    else:  # not root: "auto" is off without trying
+        assert caplog.records == []
+    off = _spawner(tmp_path, cgroups="off")
+    off._make_cgroup()
+    assert off.cgroup_name == ""

@@ -107,6 +107,35 @@ def test_bad_profile_configuration_is_refused(entries, message):
         profiles_from_config(entries)
 
 
+def test_a_profile_may_set_its_servers_memory_and_cpus():
+    cpu, big = profiles_from_config(
+        [{"slug": "cpu"}, {"slug": "big", "mem_limit": "1.5G", "cpu_limit": 2}]
+    )
+    assert (cpu.mem_limit, cpu.cpu_limit) == (None, None)  # the spawner's own
+    assert (big.mem_limit, big.cpu_limit) == (1536 * 2**20, 2.0)
+    [raw] = profiles_from_config([{"slug": "raw", "mem_limit": 10**9, "cpu_limit": 0.5}])
+    assert (raw.mem_limit, raw.cpu_limit) == (10**9, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"mem_limit": "8GB"}, "'mem_limit' must be a size like \"8G\""),
+        ({"mem_limit": 0}, "'mem_limit' must be a size"),
+        ({"mem_limit": -5}, "above 0, not -5"),
+        ({"mem_limit": True}, "'mem_limit' must be a size"),
+        ({"mem_limit": [8]}, "'mem_limit' must be a size"),
+        ({"cpu_limit": "2"}, "'cpu_limit' must be a number of CPUs above 0"),
+        ({"cpu_limit": 0}, "'cpu_limit' must be a number of CPUs above 0"),
+        ({"cpu_limit": True}, "not True"),
+    ],
+)
+def test_a_bad_profile_limit_names_the_profile_and_the_form(entry, message):
+    with pytest.raises(ValueError, match=message) as caught:
+        profiles_from_config([{"slug": "cpu"}, {"slug": "big", **entry}])
+    assert str(caught.value).startswith("ScaleLabSpawner.profiles[1]: ")
+
+
 def test_memory_choices_must_be_jvm_sizes():
     assert check_memory_choices(["512m", "2g"]) == ["512m", "2g"]
     with pytest.raises(ValueError, match="sizes like"):

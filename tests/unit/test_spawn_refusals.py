@@ -149,6 +149,22 @@ async def test_good_options_log_no_warning_and_are_kept(spawner: ScaleLabSpawner
 
 
 @pytest.mark.asyncio
+async def test_a_profiles_limits_hold_for_its_start_only(spawner: ScaleLabSpawner):
+    spawner.mem_limit, spawner.cpu_limit = "2G", 1.0  # the spawner's own (c.Spawner.*)
+    spawner.profiles = [
+        {"slug": "cpu", "default": True},
+        {"slug": "big", "mem_limit": "8G", "cpu_limit": 4},
+        {"slug": "gpu-1", "gpus": 1, "mem_limit": 32 * 2**30},
+    ]
+    seen = []
+    for profile in ("big", "cpu", "gpu-1", "big"):
+        await spawner._run_apply_user_options({"profile": profile})
+        seen.append((spawner.mem_limit // 2**30, spawner.cpu_limit))
+    # Each start gets its profile's limits, or the spawner's own where the profile sets none.
+    assert seen == [(8, 4.0), (2, 1.0), (32, 1.0), (8, 4.0)]
+
+
+@pytest.mark.asyncio
 async def test_a_named_server_is_named_in_the_line(spawner: ScaleLabSpawner, hub_log):
     spawner.orm_spawner = orm.Spawner(name="exp", user_options={"profile": "a100"})  # no db
     with pytest.raises(web.HTTPError):

@@ -119,8 +119,14 @@ print(json.dumps({{"outcome": outcome, "allowed": allowed, "detail": detail, "tm
 """
 
 
-#: The servers' limits in this hub (each server and all it starts: a PySpark kernel's JVM fits).
-LIMITS = "c.ScaleLabSpawner.mem_limit = '3G'\nc.ScaleLabSpawner.cpu_limit = 1.5\n"
+#: The servers' limits in this hub (each server and all it starts: a PySpark kernel's JVM fits):
+#: the profile's, over the spawner's own.
+LIMITS = """
+c.ScaleLabSpawner.mem_limit = "2G"
+c.ScaleLabSpawner.profiles = [
+    {"slug": "cpu", "default": True, "mem_limit": "3G", "cpu_limit": 1.5},
+]
+"""
 
 
 @pytest.fixture(scope="module")
@@ -305,7 +311,8 @@ print(json.dumps({"daemon": daemon.pid, "cgroup": open("/proc/self/cgroup").read
 
 @pytest.mark.asyncio
 async def test_alices_server_is_bounded_and_nothing_of_it_outlives_its_stop(hub: ScaleLabUp):
-    """Last in this module: it stops alice's server."""
+    """Her profile's limits hold for her server's cgroup. Last in this module: it stops alice's
+    server."""
     name = hub.api("GET", "/users/alice").json()["servers"][""]["state"]["scalelab_cgroup"]
     assert name.startswith("scalelab-runtime-alice-"), name
     where = cgroups.cgroup_of(server_process(hub, "alice").pid)
