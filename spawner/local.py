@@ -42,6 +42,18 @@ TMP = "tmp"
 #: to be recognisable, and Unix socket paths under its ``tmp/`` (the warm Spark driver's,
 #: Python's multiprocessing's) must stay within Linux's 107 characters.
 NAME_CHARS = 20
+#: The longest path of a Unix socket on Linux (``sun_path`` holds 108 bytes with its NUL).
+UNIX_PATH_MAX = 107
+#: What jupyter_client adds to the runtime folder for a kernel's ``ipc`` sockets:
+#: ``/kernel-<uuid4>-ipc-<n>`` (``KernelManager._ip_default``, then ``-<port>``), n up to 5
+#: digits.
+IPC_SOCKET_SUFFIX = len("/kernel-") + 36 + len("-ipc-") + 5
+
+
+def ipc_sockets_fit(runtime_dir: str) -> bool:
+    """Whether kernels' ``ipc`` sockets in ``runtime_dir`` stay within :data:`UNIX_PATH_MAX`
+    (pure)."""
+    return len(os.fsencode(runtime_dir)) + IPC_SOCKET_SUFFIX <= UNIX_PATH_MAX
 
 
 def runtime_folder_prefix(user_name: str) -> str:
@@ -127,6 +139,20 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
         /sys/fs/cgroup/<controller> on cgroup v1), of the servers' cgroups: each server's is
         `<cgroup_parent>/<its runtime folder's name>`. On a systemd host (cgroup v2) give the
         hub's service `Delegate=yes` and point this into its own cgroup.""",
+    )
+
+    kernel_transport = CaselessStrEnum(
+        ["ipc", "tcp"],
+        "ipc",
+        config=True,
+        help="""How a server and its kernels talk (ZeroMQ's transport,
+        `--KernelManager.transport`). `ipc` (the default): Unix sockets in the server's private
+        runtime folder (0700, the student's own), which no other user can connect to. `tcp`:
+        ports on 127.0.0.1, which any user of the host can connect to: a ZeroMQ SUB socket on a
+        kernel's iopub port receives every cell's input and output (messages are signed, not
+        hidden). With `ipc` the runtime folder's path (`runtime_parent`) must leave room for
+        the sockets' names within Linux's 107 characters: a server whose would not does not
+        start, and says so.""",
     )
 
     tasks_limit = Int(
@@ -248,6 +274,7 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
             # Servers run as the hub's own user in home_root mode; jupyter_server refuses root
             # unless told, and a hub run by root (a container, CI) is that case.
             args.append("--allow-root")
+        args.append(f"--KernelManager.transport={self.kernel_transport.lower()}")
         return args
 
     async def start(self):
@@ -260,6 +287,7 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
         if self.port == 0:  # JupyterHub's own pick (port 0) could race a kernel's JVM for it
             self.port = free_port(self.ip or "127.0.0.1")
         try:
+            self._check_ipc_room()
             await asyncio.to_thread(self._make_cgroup)
             return await super().start()
         except BaseException:
@@ -290,6 +318,25 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
         super().clear_state()
         self._end_cgroup()
         self._remove_runtime_dir()
+
+    def _check_ipc_room(self) -> None:
+        """With ``kernel_transport = "ipc"``: refuse a runtime folder whose kernels' sockets
+        would be longer than Linux allows (ZeroMQ would fail at the kernel's start instead).
+
+        Raises
+        ------
+        SpawnException
+            It would; the message names the folder and both ways out.
+        """
+        if self.kernel_transport.lower() == "ipc" and not ipc_sockets_fit(self.runtime_dir):
+            raise SpawnException(
+                f"The kernels' sockets in {self.runtime_dir} would be longer than Linux's "
+                f"{UNIX_PATH_MAX} characters. Ops: set c.ScaleLabSpawner.runtime_parent to a "
+                "shorter folder (e.g. /run/scalelab), or c.ScaleLabSpawner.kernel_transport = "
+                "'tcp'.",
+                reason="runtime_dir",
+                status_code=500,
+            )
 
     def _cgroup(self) -> server_cgroups.ServerCgroup:
         """This server's cgroup (``cgroup_name`` under ``cgroup_parent``).

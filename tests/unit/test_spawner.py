@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 from jupyterhub.objects import Hub
-from jupyterhub.spawner import LocalProcessSpawner, Spawner
+from jupyterhub.spawner import LocalProcessSpawner, Spawner, SpawnException
 from traitlets.config import Config
 
 from scalelab.common.gpu_inventory import discover_nvml
@@ -28,7 +28,7 @@ from scalelab.spawner import CourseSpawnerMixin, ScaleLabSpawner
 from scalelab.spawner.environment import server_args, server_environment
 from scalelab.spawner.gpu_pool import GPUPool
 from scalelab.spawner.gpu_spawner import GPUSpawnerMixin
-from scalelab.spawner.local import runtime_folder_prefix
+from scalelab.spawner.local import ipc_sockets_fit, runtime_folder_prefix
 
 
 def test_registered_under_the_jupyterhub_spawners_entry_point():
@@ -253,3 +253,31 @@ def test_a_servers_temporary_folder_keeps_socket_paths_within_linuxs_limit(name:
     longest = f"/tmp/{prefix}{'x' * 8}/tmp/scalelab-spark-warm-{'x' * 8}/driver.sock"
     assert len(longest) <= 107, longest
     assert runtime_folder_prefix("alice") == "scalelab-runtime-alice-"
+
+
+@pytest.mark.parametrize("name", ["alice", "firstname.lastname@university.example.org", "ü" * 40])
+def test_kernels_ipc_sockets_fit_in_a_default_runtime_folder(name: str):
+    folder = f"/tmp/{runtime_folder_prefix(name)}{'x' * 8}"  # mkdtemp's 8 random characters
+    socket = f"{folder}/kernel-{'0' * 8}-{'0' * 4}-{'0' * 4}-{'0' * 4}-{'0' * 12}-ipc-99999"
+    assert ipc_sockets_fit(folder) and len(socket) <= 107, socket
+    assert not ipc_sockets_fit("/var/lib/a-course-hub-with-a-long-state-folder/runtime/" + folder)
+
+
+def test_kernels_talk_to_their_server_over_unix_sockets_unless_ops_say_tcp(tmp_path: Path):
+    spawner = _spawner(tmp_path, "alice")
+    assert "--KernelManager.transport=ipc" in spawner.get_args()
+    spawner.kernel_transport = "TCP"
+    assert "--KernelManager.transport=tcp" in spawner.get_args()
+
+
+def test_a_runtime_folder_too_long_for_ipc_sockets_is_refused_with_both_ways_out(tmp_path: Path):
+    spawner = _spawner(tmp_path, "alice")
+    spawner.runtime_dir = "/srv/" + "r" * 60 + "/scalelab-runtime-alice-x1y2z3w4"
+    with pytest.raises(SpawnException) as caught:
+        spawner._check_ipc_room()
+    message = str(caught.value)
+    assert "would be longer than Linux's 107 characters" in message
+    assert "c.ScaleLabSpawner.runtime_parent" in message
+    assert "c.ScaleLabSpawner.kernel_transport = 'tcp'" in message
+    spawner.kernel_transport = "tcp"
+    spawner._check_ipc_room()  # TCP ports have no path to fit

@@ -42,6 +42,8 @@ from tests.support.sysusers import MARKS, remove_users
 pytestmark = MARKS
 
 STUDENTS = ("alice", "bob")
+#: A kernel's ZeroMQ channels (Jupyter's messaging protocol), as its connection file names them.
+CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
 SECRET = "bob's secret answer 42"
 
 #: The whole store, unguarded (an explicit URL), as ops open it: only the OS keeps alice out.
@@ -80,6 +82,14 @@ ATTEMPTS: list[tuple[str, str]] = [
     ),
     ("store.fs: bob's file", "store.fs.cat_file(f'{store_dir}/home/bob/secret.txt')"),
     ("/etc/shadow (not root)", "open('/etc/shadow').read()"),
+    # bob's kernel's channels (ZeroMQ over Unix sockets in his runtime folder, 0700): what a
+    # ZMQ SUB socket on his iopub channel would connect to, and the folder itself.
+    ("list bob's runtime folder", "os.listdir(bob_runtime)"),
+    ("bob's kernel connection file", "open(bob_connection).read()"),
+    (
+        "connect to bob's kernel iopub",
+        "import socket; socket.socket(socket.AF_UNIX).connect(bob_iopub)",
+    ),
 ]
 
 #: Runs in alice's kernel: every attempt, then what alice may do; prints JSON.
@@ -197,8 +207,20 @@ async def test_alices_kernel_cannot_reach_bob_or_the_hubs_secrets(hub: ScaleLabU
     (store / "datasets" / "demo").chmod(0o755)
     (store / "datasets" / "demo" / "part.csv").chmod(0o644)
     hub_pid, proxy_pid = _hub_pids(hub)
+    bob_kernel = hub.server_api("bob", "POST", "/kernels", json={"name": "scalelab-pytorch"})
+    bob_runtime = Path(_state(hub, "bob")["scalelab_runtime_dir"])
+    bob_connection = bob_runtime / f"kernel-{bob_kernel.json()['id']}.json"
+    channels = json.loads(bob_connection.read_text())
+    assert channels["transport"] == "ipc", channels  # c.ScaleLabSpawner.kernel_transport
+    bob_iopub = f"{channels['ip']}-{channels['iopub_port']}"
+    assert Path(bob_iopub).parent == bob_runtime
+    await execute(hub, "bob", bob_kernel.json()["id"], "6 * 7")  # his kernel is up: bound
+    assert Path(bob_iopub).is_socket()
     params = {
         "attempts": ATTEMPTS,
+        "bob_runtime": str(bob_runtime),
+        "bob_connection": str(bob_connection),
+        "bob_iopub": bob_iopub,
         "bob_pid": server_process(hub, "bob").pid,
         "hub_pid": hub_pid,
         "proxy_pid": proxy_pid,
@@ -229,9 +251,7 @@ async def test_alices_kernel_cannot_reach_bob_or_the_hubs_secrets(hub: ScaleLabU
     }
     # Python, Spark and the driver's JVM write temporary files in the server's own folder
     # (alice's, 0700, removed with the server), never in the /tmp bob can plant names in.
-    runtime = Path(
-        hub.api("GET", "/users/alice").json()["servers"][""]["state"]["scalelab_runtime_dir"]
-    )
+    runtime = Path(_state(hub, "alice")["scalelab_runtime_dir"])
     tmp = runtime / "tmp"
     assert report["tmp"]["python"] == report["tmp"]["java"] == str(tmp), report["tmp"]
     assert Path(report["tmp"]["spark files"]).is_relative_to(tmp), report["tmp"]
@@ -250,7 +270,11 @@ async def test_alices_kernel_cannot_reach_bob_or_the_hubs_secrets(hub: ScaleLabU
         for c in psutil.net_connections(kind="tcp")
         if c.status == psutil.CONN_LISTEN and c.pid in pids
     }
-    assert len(listening) >= 7, listening  # 5 ZMQ channels, the driver, its UI
+    assert len(listening) >= 2, listening  # the driver and its UI
+    # The kernel's own five ZeroMQ channels are Unix sockets in her runtime folder, no ports.
+    own = json.loads((runtime / f"kernel-{kernel_id}.json").read_text())
+    assert own["transport"] == "ipc" and Path(own["ip"]).parent == runtime, own
+    assert all(Path(f"{own['ip']}-{own[f'{c}_port']}").is_socket() for c in CHANNELS)
     outside = {(ip, port) for ip, port in listening if not _loopback(ip)}
     assert outside == set(), outside
 
@@ -313,7 +337,7 @@ print(json.dumps({"daemon": daemon.pid, "cgroup": open("/proc/self/cgroup").read
 async def test_alices_server_is_bounded_and_nothing_of_it_outlives_its_stop(hub: ScaleLabUp):
     """Her profile's limits hold for her server's cgroup. Last in this module: it stops alice's
     server."""
-    name = hub.api("GET", "/users/alice").json()["servers"][""]["state"]["scalelab_cgroup"]
+    name = _state(hub, "alice")["scalelab_cgroup"]
     assert name.startswith("scalelab-runtime-alice-"), name
     where = cgroups.cgroup_of(server_process(hub, "alice").pid)
     version = 2 if "" in where and where[""].name == name else 1
@@ -351,6 +375,11 @@ async def test_alices_server_is_bounded_and_nothing_of_it_outlives_its_stop(hub:
     assert not pid_runs(daemon)
     assert [f.exists() for f in folder.values()] == [False, False, False]
     assert pid_runs(bob_server)  # bob's server, in a cgroup of its own, runs on
+
+
+def _state(hub: ScaleLabUp, user: str) -> dict:
+    """The spawner's state of ``user``'s default server, as the hub keeps it."""
+    return hub.api("GET", f"/users/{user}").json()["servers"][""]["state"]
 
 
 def _loopback(ip: str) -> bool:
