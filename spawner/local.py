@@ -71,8 +71,10 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
     student, or the hub's own user with homes under ``home_root``), the hub's Python as the
     server's, ``--allow-root`` for a server run by root, the servers' log files, a start that
     fails at once with the reason when the server exits
-    (:class:`~scalelab.spawner.start_watch.StartWatchMixin`), and a Jupyter runtime folder
-    outside the home, so that a server and its kernels start on a full home.
+    (:class:`~scalelab.spawner.start_watch.StartWatchMixin`), a Jupyter runtime folder
+    outside the home, so that a server and its kernels start on a full home, kernels' channels
+    as Unix sockets in it (``kernel_transport``), and a cgroup per server
+    (:mod:`scalelab.spawner.cgroups`: its limits, and nothing left when it stops).
     """
 
     system_users = Bool(
@@ -128,8 +130,9 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
         (CPUs) and `tasks_limit` (processes and threads) bound them together, and when the
         server stops or dies whatever is still in it is killed (a process a kernel started in
         a session of its own too). `auto` (the default): on when the hub runs as root and the
-        cgroup file system is writable, else off with one warning in the hub's log; `on`: a
-        server that cannot get one does not start, and says why; `off`: none.""",
+        cgroup file system is writable, else off, with a warning in the hub's log (once per
+        user's server); `on`: a server that cannot get one does not start, and says why;
+        `off`: none.""",
     )
 
     cgroup_parent = Unicode(
