@@ -216,14 +216,20 @@ def test_a_warm_driver_nobody_took_ends_with_its_server(tmp_path: Path):
 
 def test_the_harness_waits_for_a_kernel_slow_to_start_and_sees_one_that_dies(tmp_path: Path):
     """The harness's own regression test (a CI run judged a starting kernel dead after its
-    client's one-second heartbeat): a kernel 4 s slow to answer is waited for; a kernel that
-    exits is reported as not ready, with the server's log."""
+    client's one-second heartbeat): a kernel 7 s slow to answer (longer than one 5 s wait) is
+    waited for; a kernel that exits is reported as not ready, with the server's log."""
     allowed = [f"--KernelSpecManager.allowed_kernelspecs={name}" for name in ("slow", "dies")]
     once = "--KernelRestarter.restart_limit=0"  # a dead kernel is not started again
     server = Server(tmp_path, "--SparkWarmer.enabled=False", once, *allowed)
     kernels = tmp_path / "share" / "jupyter" / "kernels"
-    launch = f"exec {sys.executable} -m ipykernel_launcher -f {{connection_file}}"
-    for name, command in {"slow": f"sleep 4; {launch}", "dies": "exit 3"}.items():
+    # Slow after binding its ports (IPKernelApp runs exec_lines once its sockets are bound,
+    # before it answers): a sleep before the bind would let another process take the ports the
+    # server chose meanwhile ("Address already in use", seen once on a busy CI host).
+    launch = (
+        f"exec {sys.executable} -m ipykernel_launcher -f {{connection_file}} "
+        "'--IPKernelApp.exec_lines=import time; time.sleep(7)'"
+    )
+    for name, command in {"slow": launch, "dies": "exit 3"}.items():
         (kernels / name).mkdir()
         spec = {"argv": ["sh", "-c", command], "display_name": name, "language": "python"}
         (kernels / name / "kernel.json").write_text(json.dumps(spec))
