@@ -252,12 +252,12 @@ class ServerCgroup:
             removed; else the folders are left for the next :meth:`end`).
         """
         deadline = time.monotonic() + timeout_s
+        kill_file = self.folders[""] / "cgroup.kill" if self.version == 2 else None
         left = self.processes()
         while left and time.monotonic() < deadline:
-            kill = self.folders.get("")
-            if kill is not None and (kill / "cgroup.kill").exists():
+            if kill_file is not None and kill_file.exists():  # v2: the kernel kills them all
                 try:
-                    (kill / "cgroup.kill").write_text("1")
+                    kill_file.write_text("1")
                 except OSError:
                     pass
             _kill_all(left)
@@ -285,26 +285,6 @@ def join(paths: Iterable[str]) -> None:
             os.write(fd, b"0")
         finally:
             os.close(fd)
-
-
-def cgroup_of(pid: int, root: Path = CGROUP_ROOT) -> dict[str, Path]:
-    """The cgroup folders process ``pid`` is in, ``{controller: folder}`` (``""`` for v2),
-    from ``/proc/<pid>/cgroup``.
-
-    Raises
-    ------
-    OSError
-        The process is gone.
-    """
-    out: dict[str, Path] = {}
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _id, controllers, path = line.split(":", 2)
-        for controller in controllers.split(",") if controllers else [""]:
-            if controller.startswith("name="):  # a named hierarchy (systemd's), no controller
-                continue
-            base = root if controller == "" else root / controller
-            out[controller] = base / path.lstrip("/")
-    return out
 
 
 def _kill_all(pids: Iterable[int]) -> None:

@@ -34,8 +34,8 @@ import pytest
 import requests
 
 from scalelab.common.processes import pid_runs
-from scalelab.spawner import cgroups
 from scalelab.spawner.system_users import NO_LOGIN
+from tests.support.cgroupfs import cgroup_of
 from tests.support.hubproc import ScaleLabUp, execute, server_process
 from tests.support.sysusers import MARKS, remove_users
 
@@ -339,7 +339,7 @@ async def test_alices_server_is_bounded_and_nothing_of_it_outlives_its_stop(hub:
     server."""
     name = _state(hub, "alice")["scalelab_cgroup"]
     assert name.startswith("scalelab-runtime-alice-"), name
-    where = cgroups.cgroup_of(server_process(hub, "alice").pid)
+    where = cgroup_of(server_process(hub, "alice").pid)
     version = 2 if "" in where and where[""].name == name else 1
     folder = {k: where["" if version == 2 else k] for k in ("memory", "cpu", "pids")}
     assert {f.name for f in folder.values()} == {name}

@@ -20,6 +20,7 @@ import pytest
 from scalelab.common.processes import pid_runs
 from scalelab.spawner import cgroups
 from scalelab.spawner.cgroups import Limits, ServerCgroup
+from tests.support.cgroupfs import cgroup_of
 
 PARENT = "scalelab-tests"
 
@@ -32,7 +33,8 @@ def _usable() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_usable() is not None, reason=str(_usable()))
+UNUSABLE = _usable()
+pytestmark = pytest.mark.skipif(UNUSABLE is not None, reason=str(UNUSABLE))
 
 MIB = 2**20
 
@@ -72,7 +74,7 @@ def test_the_kernel_holds_the_memory_and_task_limits(group: ServerCgroup):
     # Where the process is, the limits are the kernel's own.
     probe = _run(group, "import time; time.sleep(30)")
     try:
-        where = cgroups.cgroup_of(probe.pid)
+        where = cgroup_of(probe.pid)
         key = "" if group.version == 2 else "pids"
         assert where[key] == group.folders[key]
         assert probe.pid in group.processes()
