@@ -12,6 +12,7 @@ import asyncio
 import os
 import pwd
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -26,6 +27,7 @@ from scalelab.common.processes import pid_runs
 from scalelab.spawner import cgroups as server_cgroups
 from scalelab.spawner.course import CourseSpawnerMixin
 from scalelab.spawner.homes import make_home
+from scalelab.spawner.sandbox import TMP, SandboxSpawnerMixin
 from scalelab.spawner.server_logs import ServerLogMixin, server_log_path
 from scalelab.spawner.start_watch import StartWatchMixin
 from scalelab.spawner.system_users import (
@@ -36,8 +38,6 @@ from scalelab.spawner.system_users import (
 )
 from scalelab.store.protocols import local_folder
 
-#: The server's temporary folder inside its runtime folder (``runtime_parent``).
-TMP = "tmp"
 #: Characters of the user's (quoted) name in the runtime folder's name: the folder only needs
 #: to be recognisable, and Unix socket paths under its ``tmp/`` (the warm Spark driver's,
 #: Python's multiprocessing's) must stay within Linux's 107 characters.
@@ -62,7 +62,9 @@ def runtime_folder_prefix(user_name: str) -> str:
     return f"scalelab-runtime-{quote(user_name, safe='')[:NAME_CHARS]}-"
 
 
-class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, LocalProcessSpawner):
+class ScaleLabSpawner(
+    CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, SandboxSpawnerMixin, LocalProcessSpawner
+):
     """Spawner of ScaleLab's single-user servers as local processes.
 
     The course settings (store, Spark, kernels, Livy, GPUs) are
@@ -73,8 +75,9 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
     fails at once with the reason when the server exits
     (:class:`~scalelab.spawner.start_watch.StartWatchMixin`), a Jupyter runtime folder
     outside the home, so that a server and its kernels start on a full home, kernels' channels
-    as Unix sockets in it (``kernel_transport``), and a cgroup per server
-    (:mod:`scalelab.spawner.cgroups`: its limits, and nothing left when it stops).
+    as Unix sockets in it (``kernel_transport``), a cgroup per server
+    (:mod:`scalelab.spawner.cgroups`: its limits, and nothing left when it stops) and a
+    sandbox per server (:mod:`scalelab.spawner.sandbox`: its own network and /tmp).
     """
 
     system_users = Bool(
@@ -230,12 +233,19 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
                 os.makedirs(home, 0o700, exist_ok=True)
                 os.chdir(home)
 
-        if not self.cgroup_name:
+        steps = []  # each still as root: the cgroup's files and the namespaces are root's
+        if self.cgroup_name:
+            join = self._cgroup().join_paths()
+            steps.append(lambda: server_cgroups.join(join))
+        enter = self.sandbox_entry()
+        if enter is not None:
+            steps.append(enter)
+        if not steps:
             return as_user
-        join = self._cgroup().join_paths()
 
         def preexec() -> None:
-            server_cgroups.join(join)  # still root: the cgroup's files are root's
+            for step in steps:
+                step()
             as_user()
 
         return preexec
@@ -292,15 +302,26 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
         try:
             self._check_ipc_room()
             await asyncio.to_thread(self._make_cgroup)
-            return await super().start()
+            await self.make_sandbox()
+            try:
+                return await super().start()
+            except subprocess.SubprocessError as exc:  # its preexec_fn failed
+                raise SpawnException(
+                    f"{self.user.name}'s server could not be started ({exc}); its log says "
+                    "why. Ops: read it at /hub/scalelab/logs/" + quote(self.user.name, safe=""),
+                    reason="preexec",
+                    status_code=500,
+                ) from None
         except BaseException:
             self._end_cgroup()
+            self.end_sandbox()
             self._remove_runtime_dir()
             raise
 
     async def stop(self, now=False):
         await super().stop(now=now)
         await asyncio.to_thread(self._end_cgroup)  # what the server left running
+        self.end_sandbox()  # the relay lives on the hub's event loop
 
     def get_state(self):
         state = super().get_state()
@@ -308,18 +329,21 @@ class ScaleLabSpawner(CourseSpawnerMixin, StartWatchMixin, ServerLogMixin, Local
             state["scalelab_runtime_dir"] = self.runtime_dir
         if self.cgroup_name:
             state["scalelab_cgroup"] = self.cgroup_name
+        state.update(self.sandbox_state())
         return state
 
     def load_state(self, state):
         super().load_state(state)
         self.runtime_dir = state.get("scalelab_runtime_dir", "")
         self.cgroup_name = state.get("scalelab_cgroup", "")
+        self.load_sandbox_state(state)
 
     def clear_state(self):
         # JupyterHub clears a server's state when it stopped or died (without calling stop()
         # when it found the server dead), and before a new start.
         super().clear_state()
         self._end_cgroup()
+        self.end_sandbox()
         self._remove_runtime_dir()
 
     def _check_ipc_room(self) -> None:

@@ -44,7 +44,7 @@ CONFIG_CLASSES: tuple[ConfigClass, ...] = (
         "ScaleLabSpawner",
         "scalelab.spawner.local",
         "hub",
-        includes=("CourseSpawnerMixin", "GPUSpawnerMixin", "ServerLogMixin"),
+        includes=("CourseSpawnerMixin", "GPUSpawnerMixin", "ServerLogMixin", "SandboxSpawnerMixin"),
     ),
     ConfigClass(
         "ScaleLabKubeSpawner",

@@ -33,6 +33,7 @@ from scalelab.commands.up import find_proxy
 from scalelab.commands.up_config import UpSettings, config_file_text
 from scalelab.common.ports import free_port
 from scalelab.kernels.specs import install_kernelspecs
+from tests.support import sandboxes
 
 #: A declared inventory of two GPUs: this machine has none, so tests name theirs as fakes.
 TWO_FAKE_GPUS = (
@@ -141,12 +142,14 @@ class ScaleLabUp:
             return
         if self.proc.poll() is None:
             procs = [*self.descendants(), psutil.Process(self.proc.pid)]
+            left = sandboxes.netns_of(p.pid for p in procs)  # a killed hub removes none
             for p in procs:
                 try:
                     p.kill()
                 except psutil.NoSuchProcess:
                     pass
             psutil.wait_procs(procs, timeout=10)
+            sandboxes.remove(left)
         self.proc.wait()
         if self.proc.stdout is not None:
             self.proc.stdout.close()

@@ -12,6 +12,14 @@ the operating system; alice's own home, store folder and the data sets keep work
 server runs in a cgroup of its own with the hub's limits, and a process alice's kernel started
 in a session of its own ends with her server.
 
+Each server also runs in a sandbox (``c.ScaleLabSpawner.sandbox``, issue 31): from alice's
+kernel, every port bob's server, kernels and Spark driver listen on (found from his namespace's
+``/proc/<pid>/net/tcp``) is tried on loopback and on his sandbox address, and the host's
+loopback ports but the hub's; names planted in her /tmp, /var/tmp and /dev/shm for bob and for
+carol (who has not logged in) never reach them; a listener of hers on loopback gets nothing
+when bob opens his own server's ``proxy/<port>`` and ``sparkui/<port>`` routes with his
+credentials; her sandbox is gone when her server stops.
+
 Needs root, to make system users (CI runs as root): skipped, with that reason, otherwise. The
 users it makes are removed at the end.
 """
@@ -23,18 +31,23 @@ import json
 import os
 import pwd
 import shutil
+import socket
 import stat
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psutil
 import pytest
 import requests
 
+from scalelab.common.ports import free_port
 from scalelab.common.processes import pid_runs
+from scalelab.spawner import netns
 from scalelab.spawner.system_users import NO_LOGIN
+from tests.support import sandboxes
 from tests.support.cgroupfs import cgroup_of
 from tests.support.hubproc import ScaleLabUp, execute, server_process
 from tests.support.sysusers import MARKS, remove_users
@@ -236,9 +249,11 @@ async def test_alices_kernel_cannot_reach_bob_or_the_hubs_secrets(hub: ScaleLabU
     leaked = {k: v for k, v in report["outcome"].items() if not v.startswith("refused")}
     assert leaked == {}, leaked
     assert len(report["outcome"]) == len(ATTEMPTS)
-    # Refused by the operating system (EACCES/EPERM), not by ScaleLab's guard in alice's own
-    # process (whose refusal would be a StoreAccessError).
-    other = {k: report["detail"][k] for k, v in report["outcome"].items() if "Permission" not in v}
+    # Refused by the operating system (EACCES/EPERM, or ENOENT: bob's runtime folder and the
+    # hub's files under /tmp are not in alice's sandbox's /tmp at all), not by ScaleLab's guard
+    # in alice's own process (whose refusal would be a StoreAccessError).
+    by_os = ("PermissionError", "FileNotFoundError")
+    other = {k: report["detail"][k] for k, v in report["outcome"].items() if not v.endswith(by_os)}
     assert other == {}, other
     alice = pwd.getpwnam("jupyter-alice")
     assert report["allowed"] == {
@@ -262,14 +277,10 @@ async def test_alices_kernel_cannot_reach_bob_or_the_hubs_secrets(hub: ScaleLabU
     tree = server.children(recursive=True)
     assert {p.name() for p in tree} >= {"java"}, [p.cmdline()[:3] for p in tree]
     assert {p.uids().effective for p in tree} == {alice.pw_uid}
-    # Everything they listen on (the kernel's ZMQ ports, the Spark driver and its UI) is on
-    # loopback: Spark's UI would bind to every interface without SPARK_LOCAL_IP.
-    pids = {p.pid for p in tree}
-    listening = {
-        (c.laddr.ip, c.laddr.port)
-        for c in psutil.net_connections(kind="tcp")
-        if c.status == psutil.CONN_LISTEN and c.pid in pids
-    }
+    # Everything they listen on (the Spark driver and its UI) is on her sandbox's loopback:
+    # Spark's UI would bind to every interface without SPARK_LOCAL_IP. Only the server itself
+    # listens on her sandbox's address, for the proxy and the hub.
+    listening = sandboxes.listening(server.pid) - {(_sandbox_address(hub, "alice"), _port(hub))}
     assert len(listening) >= 2, listening  # the driver and its UI
     # The kernel's own five ZeroMQ channels are Unix sockets in her runtime folder, no ports.
     own = json.loads((runtime / f"kernel-{kernel_id}.json").read_text())
@@ -324,6 +335,118 @@ def test_alices_token_opens_neither_bobs_server_nor_his_hub_record(hub: ScaleLab
         assert answer.status_code in (403, 404), (url, answer.status_code)
 
 
+#: Runs in alice's kernel: a listener on her loopback (kept running), then every connection to
+#: bob's ports and the host's, and names planted in her temporary folders; prints JSON.
+NETWORK_PROBE = """
+import json, os, socket, threading
+params = json.loads({params!r})
+caught = []
+trap = socket.socket()
+trap.bind(("127.0.0.1", params["trap_port"]))
+trap.listen()
+def serve():
+    while True:
+        conn, _ = trap.accept()
+        caught.append(conn.recv(4096).decode(errors="replace"))
+        conn.close()
+threading.Thread(target=serve, daemon=True).start()
+def own_ports():
+    ports = set()
+    for name in ("tcp", "tcp6"):
+        for line in open(f"/proc/net/{{name}}").read().splitlines()[1:]:
+            fields = line.split()
+            ports.add(int(fields[1].split(":")[1], 16))
+    return ports
+mine = own_ports()
+reached, refused = [], {{}}
+bob = ("127.0.0.1", params["bob_address"])
+targets = [(host, port) for port in params["bob_ports"] for host in bob]
+targets += [("127.0.0.1", port) for port in params["host_ports"]]
+for host, port in targets:
+    if host == "127.0.0.1" and port in mine:
+        continue  # her own sandbox's port of that number (Spark's UI: 4040 in each)
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+        reached.append(f"{{host}}:{{port}}")
+    except OSError as exc:
+        refused[f"{{host}}:{{port}}"] = type(exc).__name__
+for folder in ("/tmp/torchinductor_jupyter-bob", "/tmp/torchinductor_jupyter-carol"):
+    os.makedirs(folder, mode=0o777, exist_ok=True)
+    open(f"{{folder}}/planted.py", "w").write("raise SystemExit('planted')")
+for path in ("/var/tmp/planted-for-bob", "/dev/shm/planted-for-bob"):
+    open(path, "w").write("x")
+devices = open("/proc/net/dev").read().splitlines()[2:]
+interfaces = sorted(line.split(":")[0].strip() for line in devices)
+print(json.dumps({{"reached": reached, "refused": refused, "interfaces": interfaces,
+    "bob_in_proc_net": params["bob_hex"] in open("/proc/net/tcp").read()}}))
+"""
+
+#: Runs in alice's kernel after bob opened his routes: what her listener caught.
+CAUGHT = "print(json.dumps(caught))"
+
+#: Runs in bob's kernel: whether any name alice planted is in his temporary folders.
+PLANTED = """
+import json, os
+names = ["/tmp/torchinductor_jupyter-bob", "/tmp/torchinductor_jupyter-carol",
+    "/var/tmp/planted-for-bob", "/dev/shm/planted-for-bob"]
+print(json.dumps({name: os.path.exists(name) for name in names}))
+"""
+
+
+@pytest.mark.asyncio
+async def test_alice_reaches_nothing_of_bobs_network_and_plants_nothing_in_his_tmp(
+    hub: ScaleLabUp,
+):
+    # bob's server, a kernel of his and its Spark driver (RPC, block manager, UI) listen.
+    bob_kernel = hub.server_api("bob", "POST", "/kernels", json={"name": "scalelab-pyspark"})
+    bob_kernel_id = bob_kernel.json()["id"]
+    out = await execute(hub, "bob", bob_kernel_id, "spark.range(7).count()")
+    assert out["result"] == "7", out
+    bob_ports = sorted({port for _, port in sandboxes.listening(server_process(hub, "bob").pid)})
+    assert len(bob_ports) >= 3, bob_ports  # his server, the driver and its UI at least
+    proxy = next(p for p in hub.descendants() if "configurable-http-proxy" in " ".join(p.cmdline()))
+    proxy_api = int(proxy.cmdline()[proxy.cmdline().index("--api-port") + 1])
+    trap_port = free_port()
+    params = {
+        "bob_ports": bob_ports,
+        "bob_address": _sandbox_address(hub, "bob"),
+        "host_ports": [proxy_api, hub.port, _port(hub, "bob")],
+        "trap_port": trap_port,
+        # how bob's address reads in /proc/net/tcp (hex, the host's byte order)
+        "bob_hex": socket.inet_aton(_sandbox_address(hub, "bob"))[::-1].hex().upper(),
+    }
+    kernel = hub.server_api("alice", "POST", "/kernels", json={"name": "scalelab-pytorch"})
+    kernel_id = kernel.json()["id"]
+    out = await execute(hub, "alice", kernel_id, NETWORK_PROBE.format(params=json.dumps(params)))
+    assert out["error"] is None, out
+    report = json.loads(out["stdout"].strip().splitlines()[-1])
+    assert report["reached"] == [], report
+    assert len(report["refused"]) >= 2 * len(bob_ports), report["refused"]
+    assert report["interfaces"] == ["eth0", "lo"], report  # her namespace's, not the host's
+    assert report["bob_in_proc_net"] is False, report  # bob's sockets are not even listed
+
+    # bob opens his own server's routes to a loopback port: his server looks in his sandbox,
+    # so alice's listener on that port number in hers never sees his credentials.
+    token = server_process(hub, "bob").environ()["JUPYTERHUB_API_TOKEN"]
+    headers = {"Authorization": f"token {token}", "Cookie": "jupyterhub-session-id=bobs"}
+    for route in ("proxy", "sparkui"):
+        answer = requests.get(
+            f"{hub.url}/user/bob/{route}/{trap_port}/", headers=headers, timeout=60
+        )
+        assert answer.status_code >= 400, (route, answer.status_code)
+    caught = await execute(hub, "alice", kernel_id, CAUGHT)
+    assert json.loads(caught["stdout"].strip()) == [], caught
+
+    # What alice planted is in her own temporary folders, not the host's nor bob's; carol,
+    # who has not logged in yet, will get fresh ones too.
+    for name in ("torchinductor_jupyter-bob", "torchinductor_jupyter-carol"):
+        assert not (Path("/tmp") / name).exists()
+    assert not Path("/var/tmp/planted-for-bob").exists()
+    assert not Path("/dev/shm/planted-for-bob").exists()
+    seen = await execute(hub, "bob", bob_kernel_id, PLANTED)
+    assert set(json.loads(seen["stdout"].strip()).values()) == {False}, seen
+
+
 #: Runs in alice's kernel: a process in a session of its own (a daemon, `nohup ... &`), and
 #: the kernel's cgroup as the kernel sees it.
 ESCAPE = """
@@ -366,6 +489,9 @@ async def test_alices_server_is_bounded_and_nothing_of_it_outlives_its_stop(hub:
         and psutil.Process(daemon).uids().effective == pwd.getpwnam("jupyter-alice").pw_uid
     )
     bob_server = server_process(hub, "bob").pid
+    sandbox = _state(hub, "alice")["scalelab_sandbox"]
+    host_end = Path("/sys/class/net") / netns.HOST_IF.format(sandbox["index"])
+    assert (netns.NETNS_DIR / sandbox["netns"]).exists() and host_end.exists()
 
     assert hub.api("DELETE", "/users/alice/server").status_code in (202, 204)
     deadline = time.monotonic() + 60
@@ -374,7 +500,24 @@ async def test_alices_server_is_bounded_and_nothing_of_it_outlives_its_stop(hub:
     assert hub.api("GET", "/users/alice").json()["servers"] == {}
     assert not pid_runs(daemon)
     assert [f.exists() for f in folder.values()] == [False, False, False]
+    # her sandbox went with it: namespace, veth pair, private /tmp (in her runtime folder)
+    assert not (netns.NETNS_DIR / sandbox["netns"]).exists() and not host_end.exists()
     assert pid_runs(bob_server)  # bob's server, in a cgroup of its own, runs on
+
+
+def _sandbox_address(hub: ScaleLabUp, user: str) -> str:
+    """The address ``user``'s server listens on in its sandbox (from its state's pair)."""
+    saved = _state(hub, user)["scalelab_sandbox"]
+    subnet = netns.parse_subnet("10.249.0.0/16")  # c.ScaleLabSpawner.sandbox_subnet's default
+    return str(netns.link_for(subnet, saved["index"], saved["netns"]).server_address)
+
+
+def _port(hub: ScaleLabUp, user: str = "alice") -> int:
+    """The port ``user``'s server listens on, on its sandbox's address (``JUPYTERHUB_SERVICE_URL``
+    in its environment, which JupyterHub gives it from the spawner's ``ip`` and ``port``)."""
+    url = urlsplit(server_process(hub, user).environ()["JUPYTERHUB_SERVICE_URL"])
+    assert url.hostname == _sandbox_address(hub, user), url
+    return url.port
 
 
 def _state(hub: ScaleLabUp, user: str) -> dict:
