@@ -27,6 +27,9 @@ debs+=(mariadb-server-core mariadb-client-core)
 #    sudo: batchspawner's exec_prefix (`sudo -E -u {username}`) submits each student's job as
 #    their own cluster account; tests/integration/slurm/test_slurm_sudo.py tries a real rule.
 debs+=(sudo)
+#    iproute2 (`ip`): each server's sandbox, a network namespace and a veth pair
+#    (spawner/netns.py; c.ScaleLabSpawner.sandbox).
+debs+=(iproute2)
 #    OpenLDAP's server and tools: the sign-in tests start a directory of their own (no service).
 debs+=(slapd ldap-utils)
 command -v npm >/dev/null || debs+=(nodejs npm)

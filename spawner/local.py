@@ -56,6 +56,21 @@ def ipc_sockets_fit(runtime_dir: str) -> bool:
     return len(os.fsencode(runtime_dir)) + IPC_SOCKET_SUFFIX <= UNIX_PATH_MAX
 
 
+def root_servers_problem(
+    *, hub_is_root: bool, home_root: str, system_users: bool, allowed: bool, where: str
+) -> str:
+    """Why a hub's configuration would run every server as root by accident, or "" (pure): run
+    by root, with ``home_root`` set and ``system_users`` off, every server runs as the hub's
+    own user, unless ``allow_root_servers`` says that is meant."""
+    if not hub_is_root or not home_root or system_users or allowed:
+        return ""
+    return (
+        f"{where}: every student's server would run as root (the hub runs as root, home_root is "
+        f"set and system_users is off): set {where}.system_users = True for a system user per "
+        f"student, or {where}.allow_root_servers = True to run them as root on purpose."
+    )
+
+
 def runtime_folder_prefix(user_name: str) -> str:
     """``scalelab-runtime-<name>-``, the name URL-quoted and cut to :data:`NAME_CHARS`
     characters (pure)."""
@@ -176,7 +191,37 @@ class ScaleLabSpawner(
     #: This server's cgroup's name (under ``cgroup_parent``) while it has one (in the state).
     cgroup_name: str = ""
     #: Whether "auto" cgroups were found unusable (warned once per spawner).
+    allow_root_servers = Bool(
+        False,
+        config=True,
+        help="""Let a hub run by root start servers as root: with `home_root` set and
+        `system_users` off (every server runs as the hub's own user), or a login whose system
+        user is root. Off (the default), such a hub refuses to start, and such a server to
+        start, naming this setting and `system_users`. `scalelab up --shared-identity` run by
+        root sets it (a single-user trial, said in its banner).""",
+    )
+
     _cgroups_warned: bool = False
+
+    @classmethod
+    def check_host_settings(cls, settings: dict, where: str) -> None:
+        """Refuse, before the hub starts, a hub run by root whose servers would all run as root
+        (:func:`root_servers_problem`).
+
+        Raises
+        ------
+        ValueError
+            They would, and ``allow_root_servers`` is off; the message names both fixes.
+        """
+        problem = root_servers_problem(
+            hub_is_root=os.geteuid() == 0,
+            home_root=str(settings.get("home_root") or ""),
+            system_users=bool(settings.get("system_users", False)),
+            allowed=bool(settings.get("allow_root_servers", False)),
+            where=where,
+        )
+        if problem:
+            raise ValueError(problem)
 
     @default("cmd")
     def _default_cmd(self) -> list[str]:
@@ -291,6 +336,7 @@ class ScaleLabSpawner(
         return args
 
     async def start(self):
+        self._refuse_root_server()
         if self.system_users:
             await asyncio.to_thread(self._make_system_user)
         elif self.home_root:
@@ -345,6 +391,33 @@ class ScaleLabSpawner(
         self._end_cgroup()
         self.end_sandbox()
         self._remove_runtime_dir()
+
+    def _refuse_root_server(self) -> None:
+        """Refuse a server that would run as root unless ``allow_root_servers`` says so.
+
+        Raises
+        ------
+        SpawnException
+            It would (the hub's own user is root in ``home_root`` mode, or the login's system
+            user is root); the message names the settings.
+        """
+        if self.allow_root_servers or os.geteuid() != 0 or self.system_users:
+            return
+        if self._as_hub_user:
+            uid = 0
+        else:
+            try:
+                uid = pwd.getpwnam(self.system_user).pw_uid
+            except KeyError:
+                return  # LocalProcessSpawner says the user is missing
+        if uid == 0:
+            raise SpawnException(
+                f"{self.user.name}'s server would run as root. Ops: set "
+                "c.ScaleLabSpawner.system_users = True for a system user per student, or "
+                "c.ScaleLabSpawner.allow_root_servers = True to run servers as root on purpose.",
+                reason="root",
+                status_code=500,
+            )
 
     def _check_ipc_room(self) -> None:
         """With ``kernel_transport = "ipc"``: refuse a runtime folder whose kernels' sockets

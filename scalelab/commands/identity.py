@@ -62,8 +62,9 @@ def choose_identity(
     Raises
     ------
     UpError
-        Servers would share one identity while the hub serves beyond loopback and the operator
-        did not say ``--shared-identity``: the message says why and both ways out.
+        Servers would share one identity while the hub serves beyond loopback, or would run as
+        root, and the operator did not say ``--shared-identity``: the message says why and both
+        ways out.
     """
     if euid == 0 and not shared_identity and blocked is None:
         return Identity(
@@ -77,6 +78,12 @@ def choose_identity(
     else:
         why = f"(students' system users could not run ScaleLab: {blocked})"
     trial = f"Single-user trial: every login runs as {user} and can read the others' work {why}."
+    if euid == 0 and not shared_identity and is_loopback(ip):
+        raise UpError(
+            f"Every login would run as root {why}: move ScaleLab and its state folder where "
+            "other users can enter them, or run every server as root on purpose with "
+            "--shared-identity."
+        )
     if not shared_identity and not is_loopback(ip):
         fix = (
             "move ScaleLab and its state folder where other users can enter them"

@@ -113,6 +113,9 @@ def embedded_config(s: UpSettings, password: str) -> Config:
 
     c.ScaleLabSpawner.home_root = str(state.homes)
     c.ScaleLabSpawner.system_users = s.system_users
+    # Without system users every server runs as the hub's user, root when run by root: only
+    # with --shared-identity (choose_identity refuses it otherwise), so said on purpose.
+    c.ScaleLabSpawner.allow_root_servers = not s.system_users
     c.ScaleLabSpawner.store_url = s.store_url
     c.ScaleLabSpawner.spark_master = DEFAULT_SPARK_MASTER
     c.ScaleLabSpawner.kernelspec_path = [str(state.kernelspecs)]

@@ -155,6 +155,7 @@ def test_up_refuses_a_bad_config_file_in_one_line_before_the_hub_starts(tmp_path
     state = tmp_path / "state"
     result = _scalelab(
         "up", "--state-dir", str(state), "--port", str(free_port()), "--config", str(config),
+        "--shared-identity",  # pytest's 0700 folder: as root, no system user could enter it
         env={"SCALELAB_PASSWORD": "a-test-password"},
     )  # fmt: skip
     assert result.returncode == 2

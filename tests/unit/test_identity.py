@@ -21,8 +21,9 @@ from scalelab.commands.state_files import StateFolder
 from scalelab.commands.state_modes import check_operator_config, protect_state
 from scalelab.commands.up_config import UpSettings, embedded_config
 from scalelab.spawner import ScaleLabSpawner
-from scalelab.spawner.local import local_store_root
+from scalelab.spawner.local import local_store_root, root_servers_problem
 from scalelab.spawner.system_users import system_user_name
+from scalelab.spawner.validation import validate_spawner_config
 
 
 def test_root_gets_a_system_user_per_student():
@@ -37,7 +38,6 @@ def test_root_gets_a_system_user_per_student():
         (1000, False, None, "not run by root"),
         (0, True, None, "--shared-identity"),
         (1000, True, None, "--shared-identity"),
-        (0, False, "/root (mode 0700)", "could not run ScaleLab: /root (mode 0700)"),
     ],
 )
 def test_otherwise_a_single_user_trial_says_so_in_one_line(euid, shared, blocked, why):
@@ -47,6 +47,19 @@ def test_otherwise_a_single_user_trial_says_so_in_one_line(euid, shared, blocked
     assert chosen.system_users is False
     assert chosen.banner.startswith("Single-user trial: every login runs as ops")
     assert why in chosen.banner and "\n" not in chosen.banner
+
+
+def test_root_never_runs_every_login_as_root_without_the_operators_word():
+    blocked = "/root (mode 0700)"
+    with pytest.raises(UpError) as caught:
+        choose_identity(euid=0, user="root", ip="127.0.0.1", shared_identity=False, blocked=blocked)
+    assert str(caught.value) == (
+        "Every login would run as root (students' system users could not run ScaleLab: /root "
+        "(mode 0700)): move ScaleLab and its state folder where other users can enter them, or "
+        "run every server as root on purpose with --shared-identity."
+    )
+    said = choose_identity(euid=0, user="root", ip="127.0.0.1", shared_identity=True, blocked=None)
+    assert said.system_users is False and "(--shared-identity)" in said.banner
 
 
 @pytest.mark.parametrize(("euid", "fix"), [(1000, "run scalelab up as root"), (0, "move")])
@@ -153,8 +166,51 @@ def test_scalelab_up_sets_system_users_from_its_settings(tmp_path: Path):
     base = dict(state_dir=str(tmp_path), store_url="file:///s", proxy_command=["chp"])
     for wanted in (True, False):
         settings = UpSettings(**base, hub_port=1, proxy_api_port=2, system_users=wanted)
-        assert embedded_config(settings, "password1").ScaleLabSpawner.system_users is wanted
+        config = embedded_config(settings, "password1").ScaleLabSpawner
+        assert config.system_users is wanted
+        # without system users the servers run as the hub's user, said with --shared-identity
+        assert config.allow_root_servers is (not wanted)
         assert UpSettings.from_json(settings.to_json()) == settings
+
+
+def test_a_hub_run_by_root_never_runs_every_server_as_root_by_accident():
+    where = "c.ScaleLabSpawner"
+    fixes = (
+        "c.ScaleLabSpawner: every student's server would run as root (the hub runs as root, "
+        "home_root is set and system_users is off): set c.ScaleLabSpawner.system_users = True "
+        "for a system user per student, or c.ScaleLabSpawner.allow_root_servers = True to run "
+        "them as root on purpose."
+    )
+    recipe = dict(hub_is_root=True, home_root="/srv/homes", system_users=False, where=where)
+    assert root_servers_problem(**recipe, allowed=False) == fixes
+    assert root_servers_problem(**recipe, allowed=True) == ""
+    assert root_servers_problem(**{**recipe, "system_users": True}, allowed=False) == ""
+    assert root_servers_problem(**{**recipe, "hub_is_root": False}, allowed=False) == ""
+    assert root_servers_problem(**{**recipe, "home_root": ""}, allowed=False) == ""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the refusal is a root hub's")
+def test_the_plain_hub_recipe_run_by_root_refuses_before_it_starts(tmp_path: Path):
+    c = Config()
+    c.ScaleLabSpawner.home_root = str(tmp_path / "homes")
+    c.ScaleLabSpawner.store_url = (tmp_path / "store").as_uri()
+    with pytest.raises(ValueError, match="would run as root") as caught:
+        validate_spawner_config(c)
+    assert "allow_root_servers = True" in str(caught.value)
+    c.ScaleLabSpawner.allow_root_servers = True
+    validate_spawner_config(c)  # said on purpose
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the refusal is a root hub's")
+@pytest.mark.asyncio
+async def test_a_login_whose_system_user_is_root_gets_no_server(tmp_path: Path):
+    c = Config()
+    c.ScaleLabSpawner.store_url = (tmp_path / "store").as_uri()  # home_root empty: own accounts
+    spawner = ScaleLabSpawner(config=c, user=SimpleNamespace(name="root", url="/user/root/"))
+    with pytest.raises(SpawnException, match="root's server would run as root") as caught:
+        await spawner.start()
+    assert "system_users = True" in str(caught.value)
+    assert spawner.runtime_dir == ""  # refused before anything was made
 
 
 def test_with_system_users_the_server_is_never_root_nor_shares_the_hubs_log_folder(
