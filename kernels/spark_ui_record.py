@@ -12,6 +12,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -229,3 +230,24 @@ def install(shell: Any) -> None:
         return
     recorder = _Recorder(Path(connection_file).parent, kernel_id)
     shell.events.register("post_run_cell", recorder.after_cell)
+
+
+def live_records(
+    records: Iterable[SparkUIRecord],
+    running_kernels: Collection[str],
+    process_runs: Callable[[int], bool],
+) -> list[SparkUIRecord]:
+    """The records of kernels that still run (pure but for ``process_runs``), newest first.
+
+    Parameters
+    ----------
+    records
+        As :func:`read_records` found them.
+    running_kernels
+        The ids of the server's running kernels (a record of a kernel shut down is stale).
+    process_runs
+        Whether a pid runs (:func:`scalelab.common.processes.pid_runs`): a kernel restarted
+        under the same id has a new pid, and its old record is stale.
+    """
+    live = [r for r in records if r.kernel_id in running_kernels and process_runs(r.pid)]
+    return sorted(live, key=lambda r: r.started, reverse=True)

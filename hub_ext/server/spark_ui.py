@@ -2,17 +2,22 @@
 
 :class:`SparkUIProxyHandler` is jupyter-server-proxy's ``LocalProxyHandler`` at that path, not
 at ``proxy/<port>/``, where the Spark UI's scripts break; the kernel sets ``spark.ui.proxyBase``
-to it, and redirects to other paths of the UI are put under it.
+to it, and redirects to other paths of the UI are put under it. It reaches only the UIs its own
+kernels recorded, and never passes the student's cookies or tokens on.
 Why: docs/design-notes.md, scalelab.hub_ext.server.spark_ui.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from jupyter_server.utils import url_path_join
 from jupyter_server_proxy.handlers import LocalProxyHandler
 from tornado.web import HTTPError
+
+from scalelab.common.processes import pid_runs
+from scalelab.kernels.spark_ui_record import live_records, read_records
 
 #: The path segment of the Spark UI route, under the single-user server's base URL.
 SPARK_UI_SEGMENT = "sparkui"
@@ -27,11 +32,30 @@ def gone_message(port: int) -> str:
     )
 
 
+#: Request headers never sent to a Spark UI: the student's credentials for the hub and the
+#: server (a UI, or whatever listens on a port, has no use for them and must not see them).
+CREDENTIAL_HEADERS = ("Cookie", "Authorization", "X-XSRFToken")
+
+
+def own_ui_ports(connection_dir: str, running_kernels: set[str]) -> set[int]:
+    """The ports of the Spark UIs of this server's running kernels, from their records in its
+    runtime folder (:mod:`scalelab.kernels.spark_ui_record`)."""
+    live = live_records(read_records(connection_dir), running_kernels, pid_runs)
+    return {record.port for record in live}
+
+
 class SparkUIProxyHandler(LocalProxyHandler):
-    """jupyter-server-proxy's local proxy at ``<base_url>sparkui/<port>/<path>``; a port nobody
-    listens on (a stale link after a kernel restart) is a 502 page saying so, not a bare 500."""
+    """jupyter-server-proxy's local proxy at ``<base_url>sparkui/<port>/<path>``, for the Spark
+    UIs of this server's own kernels only (any other port: 502, as a port nobody listens on,
+    a stale link after a kernel restart, is: a page saying so, not a bare 500), without the
+    student's cookies or tokens."""
 
     async def proxy(self, port: Any, proxied_path: str) -> Any:
+        manager = self.kernel_manager
+        running = set(manager.list_kernel_ids())
+        owned = await asyncio.to_thread(own_ui_ports, manager.connection_dir, running)
+        if int(port) not in owned:
+            raise HTTPError(502, "%s", gone_message(int(port)), reason="No Spark UI on this port")
         try:
             return await super().proxy(port, proxied_path)
         except ConnectionRefusedError:
@@ -40,6 +64,12 @@ class SparkUIProxyHandler(LocalProxyHandler):
             raise HTTPError(
                 502, "%s", gone_message(int(port)), reason="No Spark UI on this port"
             ) from None
+
+    def proxy_request_headers(self) -> Any:
+        headers = super().proxy_request_headers()
+        for name in CREDENTIAL_HEADERS:
+            headers.pop(name, None)
+        return headers
 
     def _get_context_path(self, host: str, port: int) -> str:
         # Where redirects (Location: /jobs/) are put back under: this route, not proxy/<port>.

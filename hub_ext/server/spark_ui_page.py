@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ from tornado import web
 
 from scalelab.common.processes import pid_runs
 from scalelab.hub_ext.server.spark_ui import SPARK_UI_SEGMENT
-from scalelab.kernels.spark_ui_record import SparkUIRecord, read_records
+from scalelab.kernels.spark_ui_record import SparkUIRecord, live_records, read_records
 from scalelab.templates import templates_dir
 
 _env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=True)
@@ -58,27 +58,6 @@ class SparkUIEntry:
 def spark_ui_url(base_url: str, port: int) -> str:
     """``("/user/alice/", 41234)`` -> ``"/user/alice/sparkui/41234/jobs/"``."""
     return url_path_join(base_url, SPARK_UI_SEGMENT, str(port), "jobs/")
-
-
-def live_records(
-    records: Iterable[SparkUIRecord],
-    running_kernels: Collection[str],
-    process_runs: Callable[[int], bool],
-) -> list[SparkUIRecord]:
-    """The records of kernels that still run (pure but for ``process_runs``), newest first.
-
-    Parameters
-    ----------
-    records
-        As :func:`~scalelab.kernels.spark_ui_record.read_records` found them.
-    running_kernels
-        The ids of the server's running kernels (a record of a kernel shut down is stale).
-    process_runs
-        Whether a pid runs (:func:`scalelab.common.processes.pid_runs`): a kernel restarted
-        under the same id has a new pid, and its old record is stale.
-    """
-    live = [r for r in records if r.kernel_id in running_kernels and process_runs(r.pid)]
-    return sorted(live, key=lambda r: r.started, reverse=True)
 
 
 def kernel_labels(

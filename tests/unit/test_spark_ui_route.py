@@ -3,6 +3,7 @@ tests/browser/test_browser_spark_ui.py clicks through every page behind a real h
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 from scalelab.hub_ext.server.spark_ui import SparkUIProxyHandler
@@ -30,3 +31,33 @@ def test_redirects_are_put_under_the_spark_ui_route_once():
     # Another host's address is left alone, as jupyter-server-proxy does.
     elsewhere = "http://example.org/x"
     assert handler._rewrite_location_header(elsewhere, "localhost", 4041, "") == elsewhere
+
+
+def test_the_students_credentials_never_reach_a_spark_ui():
+    from tornado.httputil import HTTPHeaders
+
+    handler = _handler()
+    headers = HTTPHeaders(
+        {
+            "Cookie": "jupyterhub-user-alice=secret; _xsrf=x",
+            "Authorization": "token alice-server-token",
+            "X-XSRFToken": "x",
+            "Accept": "text/html",
+        }
+    )
+    handler.request = SimpleNamespace(headers=headers)
+    sent = handler.proxy_request_headers()
+    assert dict(sent) == {"Accept": "text/html"}
+    assert "Cookie" in handler.request.headers  # the server's own request is left as it was
+
+
+def test_only_the_uis_its_own_running_kernels_recorded_are_reachable(tmp_path):
+    from scalelab.hub_ext.server.spark_ui import own_ui_ports
+    from scalelab.kernels.spark_ui_record import SparkUIRecord, write_record
+
+    alive, dead = os.getpid(), 2**22 + 1  # above Linux's pid_max: no such process
+    write_record(tmp_path, SparkUIRecord("k1", 4040, "local-1", "app", alive, 1.0))
+    write_record(tmp_path, SparkUIRecord("k2", 4041, "local-2", "app", dead, 2.0))  # restarted
+    write_record(tmp_path, SparkUIRecord("k3", 4042, "local-3", "app", alive, 3.0))  # shut down
+    assert own_ui_ports(str(tmp_path), {"k1", "k2"}) == {4040}
+    assert own_ui_ports(str(tmp_path / "missing"), {"k1"}) == set()

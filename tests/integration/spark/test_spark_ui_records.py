@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from scalelab.kernels.spark_ui_record import (
     SparkUIRecord,
     write_record,
@@ -71,6 +73,21 @@ def test_the_page_on_a_real_server_redirects_lists_or_says_none(tmp_path: Path):
         one = page()
         assert one.status_code == 302
         assert one.headers["Location"] == f"/sparkui/{ports[1]}/jobs/"
+
+        # A port no kernel of this server recorded (another student's listener, on a host
+        # without sandboxes): refused before any connection is made to it.
+        foreign = socket.socket()
+        foreign.bind(("127.0.0.1", 0))
+        foreign.listen()
+        foreign.setblocking(False)
+        try:
+            port = foreign.getsockname()[1]
+            answer = requests.get(f"{server.url}/sparkui/{port}/", headers=server.auth, timeout=30)
+            assert answer.status_code == 502, answer.text
+            with pytest.raises(BlockingIOError):
+                foreign.accept()  # nothing connected
+        finally:
+            foreign.close()
 
         uis[1].close()  # that UI is gone (its driver died under a running kernel)
         assert "No kernel of yours runs Spark now" in page().text
