@@ -42,6 +42,9 @@ LOG_DIR = "SCALELAB_LOG_DIR"
 LIVY = "SCALELAB_LIVY"
 #: File holding the latest notice to the student (set by the server extension for its kernels).
 NOTICE_FILE = "SCALELAB_NOTICE_FILE"
+#: The server's memory cgroup folder, set by the local spawner when the server has a cgroup of
+#: its own: the server watches its OOM kills there (:mod:`scalelab.hub_ext.server.oom_watch`).
+MEMORY_CGROUP = "SCALELAB_MEMORY_CGROUP"
 #: The student's Kerberos principal on a Kerberos HDFS (``alice@EXAMPLE.ORG``), named in the
 #: ``kinit`` command of a missing or expired ticket's message; set by ops
 #: (``c.Spawner.environment``).

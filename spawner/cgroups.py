@@ -168,6 +168,11 @@ class ServerCgroup:
         self.parents = {c: base.joinpath(*self.parent_parts) for c, base in bases.items()}
         self.folders = {c: folder / self.name for c, folder in self.parents.items()}
 
+    @property
+    def memory_path(self) -> Path:
+        """The folder of the cgroup's memory controller (v1 ``memory/...``, v2 the one)."""
+        return self.folders.get("memory", self.folders.get(""))
+
     def create(self, limits: Limits) -> None:
         """Make the cgroup (and its parent) and write ``limits``.
 
@@ -308,6 +313,71 @@ def _rmdir(folder: Path, deadline: float) -> None:
             if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
                 return
             time.sleep(0.05)
+
+
+@dataclass(frozen=True)
+class MemoryEvents:
+    """What a cgroup's memory controller says about its limit (bytes; None where unknown).
+
+    Attributes
+    ----------
+    oom_kills
+        Processes the kernel's OOM killer ended in the cgroup since it was made (v1
+        ``memory.oom_control``'s ``oom_kill``, kernel 4.13 on; v2 ``memory.events``').
+    limit_bytes
+        The limit (v1 ``memory.limit_in_bytes``, v2 ``memory.max``; None: no limit).
+    peak_bytes
+        The most the cgroup used (v1 ``memory.max_usage_in_bytes``, v2 ``memory.peak``,
+        kernel 5.19 on).
+    """
+
+    oom_kills: int
+    limit_bytes: int | None
+    peak_bytes: int | None
+
+
+#: A limit this high means none (v1's "unlimited" is the largest page-aligned int64).
+NO_LIMIT_BYTES = 2**62
+
+
+def parse_memory_events(files: dict[str, str]) -> MemoryEvents:
+    """:class:`MemoryEvents` from a memory cgroup's files (name -> text; v1 or v2 names; a
+    missing file is unknown) (pure)."""
+
+    def number(text: str | None) -> int | None:
+        if text is None or text.strip() in ("", "max"):
+            return None
+        value = int(text.split()[0])
+        return None if value >= NO_LIMIT_BYTES else value
+
+    kills = 0
+    for name in ("memory.oom_control", "memory.events"):
+        for line in files.get(name, "").splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                kills = int(value)
+    limit = number(files.get("memory.limit_in_bytes", files.get("memory.max")))
+    peak = number(files.get("memory.max_usage_in_bytes", files.get("memory.peak")))
+    return MemoryEvents(kills, limit, peak)
+
+
+def read_memory_events(folder: Path) -> MemoryEvents:
+    """:func:`parse_memory_events` of the files in ``folder`` (readable by the cgroup's own
+    processes: its files are 0644)."""
+    files = {}
+    for name in (
+        "memory.oom_control",
+        "memory.events",
+        "memory.limit_in_bytes",
+        "memory.max",
+        "memory.max_usage_in_bytes",
+        "memory.peak",
+    ):
+        try:
+            files[name] = (folder / name).read_text()
+        except OSError:
+            continue
+    return parse_memory_events(files)
 
 
 def limits_of(memory_bytes: int | None, cpus: float | None, tasks: int | None) -> Limits:

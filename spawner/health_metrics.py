@@ -7,7 +7,10 @@
   ``hadoop_conf_dir``), only where Spark runs on YARN;
 - ``scalelab_server_memory_bytes{user,server}``: resident memory of each running server's
   process tree (server and kernels, PSS where Linux gives it, else RSS), for servers on the
-  hub's machine; ``scalelab_server_memory_limit_bytes{user,server}`` where ``mem_limit`` is set.
+  hub's machine; ``scalelab_server_memory_limit_bytes{user,server}`` where ``mem_limit`` is set;
+- ``scalelab_server_oom_kills{user,server}``: processes the kernel's OOM killer ended in each
+  running server's cgroup since it started (local servers with a cgroup of their own: a kernel
+  killed for memory; its student reads a notice, :mod:`scalelab.hub_ext.server.oom_watch`).
 
 Spawn failures by reason need nothing here: JupyterHub counts them itself,
 ``jupyterhub_server_spawn_duration_seconds_count{status="failure"|"error",reason=...}`` (the
@@ -21,11 +24,14 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from scalelab.spawner.cgroups import CgroupError, ServerCgroup, read_memory_events
 
 #: Seconds between two probes of the store and YARN.
 PROBE_INTERVAL_S = 30.0
@@ -92,9 +98,11 @@ class HealthCollector(Collector):
         servers: Callable[[], Iterable[tuple[str, str, int, int]]],
         protocol: str,
         interval_s: float = PROBE_INTERVAL_S,
+        memory_cgroups: Callable[[], Iterable[tuple[str, str, Path]]] = tuple,
     ):
         self._probes = dict(probes)
         self._servers = servers
+        self._memory_cgroups = memory_cgroups
         self._protocol = protocol
         self._interval_s = interval_s
         self.readings: dict[str, bool] = {}
@@ -124,6 +132,7 @@ class HealthCollector(Collector):
     def describe(self) -> list[GaugeMetricFamily]:
         """The families, without a look (what the registry asks at registration)."""
         names = ["scalelab_server_memory_bytes", "scalelab_server_memory_limit_bytes"]
+        names.append("scalelab_server_oom_kills")
         names += [f"scalelab_{n}_reachable" for n in ("store", "yarn") if n in self._probes]
         return [GaugeMetricFamily(name, "") for name in names]
 
@@ -159,6 +168,15 @@ class HealthCollector(Collector):
                 limit.add_metric([user, server], float(mem_limit))
         yield used
         yield limit
+        kills = GaugeMetricFamily(
+            "scalelab_server_oom_kills",
+            "Processes the kernel's OOM killer ended in each running server's cgroup since it "
+            "started (its memory limit reached)",
+            labels=["user", "server"],
+        )
+        for user, server, folder in self._memory_cgroups():
+            kills.add_metric([user, server], float(read_memory_events(folder).oom_kills))
+        yield kills
 
 
 def local_servers(app: Any) -> Iterator[tuple[str, str, int, int]]:
@@ -171,6 +189,23 @@ def local_servers(app: Any) -> Iterator[tuple[str, str, int, int]]:
             pid = getattr(spawner, "pid", 0) or 0
             if pid and spawner.active and os.path.exists(f"/proc/{pid}"):
                 yield user.name, name, int(pid), int(spawner.mem_limit or 0)
+
+
+def local_memory_cgroups(app: Any) -> Iterator[tuple[str, str, Path]]:
+    """(user, server name, memory cgroup folder) of each running server of ``app`` (the hub)
+    that has a cgroup of its own (:mod:`scalelab.spawner.cgroups`)."""
+    if not getattr(app, "tornado_settings", None):
+        return
+    for user in list(app.users.values()):
+        for name, spawner in list(user.spawners.items()):
+            cgroup = getattr(spawner, "cgroup_name", "")
+            if not (cgroup and spawner.active):
+                continue
+            try:
+                folder = ServerCgroup(spawner.cgroup_parent, cgroup).memory_path
+            except CgroupError:
+                continue
+            yield user.name, name, folder
 
 
 _registered: list[HealthCollector] = []
@@ -197,7 +232,12 @@ def register_health(app: Any, settings: Mapping[str, Any]) -> HealthCollector | 
     if is_yarn(str(settings.get("spark_master") or "")):
         probes["yarn"] = lambda: yarn_reachable(environ)
     scheme = protocols.scheme_of(url) if url else ""
-    collector = HealthCollector(probes, lambda: local_servers(app), scheme or "file")
+    collector = HealthCollector(
+        probes,
+        lambda: local_servers(app),
+        scheme or "file",
+        memory_cgroups=lambda: local_memory_cgroups(app),
+    )
     REGISTRY.register(collector)
     _registered.append(collector)
     collector.start()

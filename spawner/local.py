@@ -316,6 +316,8 @@ class ScaleLabSpawner(
 
     def get_env(self):
         env = super().get_env()
+        if self.cgroup_name:  # the server tells its student of OOM kills there
+            env[envvars.MEMORY_CGROUP] = str(self._cgroup().memory_path)
         if self.runtime_dir:
             env["JUPYTER_RUNTIME_DIR"] = self.runtime_dir
             if "TMPDIR" not in self.environment:  # ops' own choice wins
@@ -466,6 +468,7 @@ class ScaleLabSpawner(
         try:
             group = self._cgroup()
             group.create(limits)
+            self._open_memory_counters(group)
         except server_cgroups.CgroupError as exc:
             if group is not None:
                 group.end()  # what was made of it (a limit the kernel refused)
@@ -479,6 +482,30 @@ class ScaleLabSpawner(
             if not self._cgroups_warned:
                 self._cgroups_warned = True
                 self.log.warning("Servers run without a cgroup of their own (limits, end): %s", exc)
+
+    def _open_memory_counters(self, group: server_cgroups.ServerCgroup) -> None:
+        """Let the server's user read its memory cgroup's counters (its OOM kills, for the
+        notice: :mod:`scalelab.hub_ext.server.oom_watch`): the folder becomes root's, group the
+        student's, 0750 (the hub's umask made it 0700), and its parents passable (not listable:
+        0711); its files are the kernel's, 0644.
+
+        Raises
+        ------
+        CgroupError
+            The folder's owner or mode cannot be set.
+        """
+        if self._as_hub_user:
+            return  # the server runs as the hub's user, who made the folder
+        try:
+            gid = pwd.getpwnam(self.system_user).pw_gid
+            os.chown(group.memory_path, 0, gid)
+            group.memory_path.chmod(0o750)
+            for parent in group.memory_path.parents:  # up to the hierarchy's root: passable
+                if parent == group.root or parent.stat().st_mode & 0o111 == 0o111:
+                    break
+                parent.chmod(parent.stat().st_mode | 0o111)
+        except (KeyError, OSError) as exc:
+            raise server_cgroups.CgroupError(f"cannot open {group.memory_path}: {exc}") from None
 
     def _end_cgroup(self) -> None:
         """Kill what is left in this server's cgroup and remove it (nothing when it has none);

@@ -51,6 +51,9 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     from scalelab.hub_ext.server import notices
 
     notices.setup(serverapp)  # POST /scalelab/api/notice: warnings from the hub to the student
+    from scalelab.hub_ext.server import oom_watch
+
+    oom_watch.setup(serverapp)  # a process killed for memory: told before the next cell
     from scalelab.hub_ext.server import gpu_report
 
     gpu_report.setup(serverapp)  # this server's GPU readings to the hub (SCALELAB_GPU_REPORT_S)

@@ -160,3 +160,49 @@ def test_auto_goes_on_without_one_and_says_so_once(tmp_path: Path, caplog):
     off = _spawner(tmp_path, cgroups="off")
     off._make_cgroup()
     assert off.cgroup_name == ""
+
+
+def test_the_memory_controllers_counters_in_either_version():
+    v1 = {
+        "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+        "memory.limit_in_bytes": "3221225472\n",
+        "memory.max_usage_in_bytes": "3221000000\n",
+    }
+    assert cgroups.parse_memory_events(v1) == cgroups.MemoryEvents(2, 3 * 2**30, 3221000000)
+    v2 = {
+        "memory.events": "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\n",
+        "memory.max": "max\n",
+        "memory.peak": "1048576\n",
+    }
+    assert cgroups.parse_memory_events(v2) == cgroups.MemoryEvents(1, None, 2**20)
+    unlimited = {"memory.limit_in_bytes": "9223372036854771712\n"}  # v1's "no limit"
+    assert cgroups.parse_memory_events(unlimited) == cgroups.MemoryEvents(0, None, None)
+
+
+def test_a_kill_for_memory_is_told_once_with_the_limit_and_the_peak(tmp_path: Path):
+    from scalelab.hub_ext.server.notices import read_notice
+    from scalelab.hub_ext.server.oom_watch import OOMWatch, oom_message
+
+    events = cgroups.MemoryEvents(1, 3 * 2**30, 3 * 2**30 - 2**20)
+    message = oom_message(events, 1)
+    assert message.startswith(
+        "A process of your server was killed for memory: your server's memory limit of 3.0 GiB "
+        "was reached (it reached 3.0 GiB)."
+    )
+    assert "profile that has more memory" in message and "spark.stop()" in message
+    assert oom_message(cgroups.MemoryEvents(3, None, None), 2).startswith(
+        "2 processes of your server were killed for memory: your server's memory limit was "
+        "reached. "
+    )
+    folder = tmp_path / "cgroup"
+    folder.mkdir()
+    (folder / "memory.oom_control").write_text("oom_kill 4\n")  # kills before the server
+    (folder / "memory.limit_in_bytes").write_text(str(2**30))
+    notice = tmp_path / "notice.json"
+    watch = OOMWatch(folder, str(notice), logging.getLogger("test-oom"))
+    assert watch.check() is None and not notice.exists()
+    (folder / "memory.oom_control").write_text("oom_kill 5\n")
+    said = watch.check()
+    assert said is not None and "memory limit of 1.0 GiB was reached" in said
+    assert read_notice(str(notice))["message"] == said
+    assert watch.check() is None  # told once

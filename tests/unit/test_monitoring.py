@@ -68,7 +68,7 @@ def served(name: str, metrics_text: str) -> bool:
 def test_promtool_accepts_the_rules_and_their_unit_tests_pass():
     checked = _promtool("check", "rules", str(RULES))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 8 rules found" in checked.stdout
+    assert "SUCCESS: 9 rules found" in checked.stdout
     tested = _promtool("test", "rules", str(RULE_TESTS))
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert "SUCCESS" in tested.stdout
@@ -106,6 +106,7 @@ def test_the_expressions_read_these_families():
         "scalelab_gpus_total",
         "scalelab_server_memory_bytes",
         "scalelab_server_memory_limit_bytes",
+        "scalelab_server_oom_kills",
         "scalelab_spark_executor_gpus_granted",
         "scalelab_store_reachable",
         "scalelab_yarn_reachable",
@@ -129,12 +130,14 @@ def test_the_collector_serves_the_last_looks_and_each_servers_memory():
     assert [m.name for m in collector.describe()] == [
         "scalelab_server_memory_bytes",
         "scalelab_server_memory_limit_bytes",
+        "scalelab_server_oom_kills",
         "scalelab_store_reachable",
         "scalelab_yarn_reachable",
     ]
     assert [m.name for m in collector.collect()] == [  # nothing probed yet: no reachability
         "scalelab_server_memory_bytes",
         "scalelab_server_memory_limit_bytes",
+        "scalelab_server_oom_kills",
     ]
     collector.probe_once()
     samples = {

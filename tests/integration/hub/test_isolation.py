@@ -26,10 +26,13 @@ users it makes are removed at the end.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 import json
 import os
 import pwd
+import re
 import shutil
 import socket
 import stat
@@ -445,6 +448,52 @@ async def test_alice_reaches_nothing_of_bobs_network_and_plants_nothing_in_his_t
     assert not Path("/dev/shm/planted-for-bob").exists()
     seen = await execute(hub, "bob", bob_kernel_id, PLANTED)
     assert set(json.loads(seen["stdout"].strip()).values()) == {False}, seen
+
+
+#: Runs in alice's kernel: twice her server's memory limit (3 GiB), 256 MiB at a time, touched.
+HOG = """
+chunks = []
+for _ in range(24):
+    chunks.append(bytearray(256 * 2**20))
+    chunks[-1][::4096] = b"x" * len(chunks[-1][::4096])
+"""
+
+
+def _oom_kills(hub: ScaleLabUp, user: str) -> float:
+    """``scalelab_server_oom_kills`` of ``user``'s default server on the hub's /hub/metrics."""
+    text = requests.get(f"{hub.url}/hub/metrics", headers=hub.auth, timeout=30).text
+    found = re.search(rf'scalelab_server_oom_kills{{server="",user="{user}"}} (\S+)', text)
+    return float(found[1]) if found else -1.0
+
+
+@pytest.mark.asyncio
+async def test_a_kernel_killed_for_memory_is_told_and_nothing_else_is_harmed(hub: ScaleLabUp):
+    survivor = hub.server_api("alice", "POST", "/kernels", json={"name": "scalelab-pytorch"})
+    survivor_id = survivor.json()["id"]
+    assert (await execute(hub, "alice", survivor_id, "6 * 7"))["result"] == "42"
+    hog = hub.server_api("alice", "POST", "/kernels", json={"name": "scalelab-pytorch"})
+    hog_id = hog.json()["id"]
+    bob_server = server_process(hub, "bob").pid
+    assert _oom_kills(hub, "alice") == 0.0
+    hogging = asyncio.ensure_future(execute(hub, "alice", hog_id, HOG, timeout_s=180))
+    deadline = time.monotonic() + 120
+    while await asyncio.to_thread(_oom_kills, hub, "alice") < 1 and time.monotonic() < deadline:
+        await asyncio.sleep(1)
+    assert not hogging.done() or hogging.exception() is not None  # it never finished its cell
+    hogging.cancel()  # its kernel died mid-cell: no reply will come
+    with contextlib.suppress(asyncio.CancelledError, AssertionError, asyncio.TimeoutError):
+        await hogging
+    assert _oom_kills(hub, "alice") >= 1  # ops see it
+    time.sleep(5)  # the server's watch looks every 3 s
+    # Her other kernel, her server, bob's server and the hub go on; the next cell of each of
+    # her kernels says what happened, with the limit.
+    out = await execute(hub, "alice", survivor_id, "6 * 7")
+    assert out["result"] == "42", out
+    assert "killed for memory: your server's memory limit of 3.0 GiB was reached" in out["stdout"]
+    restarted = await execute(hub, "alice", hog_id, "1 + 1")
+    assert restarted["result"] == "2" and "killed for memory" in restarted["stdout"], restarted
+    assert pid_runs(bob_server)
+    assert hub.api("GET", "/users/bob").json()["servers"][""]["ready"]
 
 
 #: Runs in alice's kernel: a process in a session of its own (a daemon, `nohup ... &`), and
