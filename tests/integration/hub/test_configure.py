@@ -84,38 +84,40 @@ def _sigint(pid: int) -> str:
     return "caught" if int(masks["SigCgt"], 16) & bit else "default"
 
 
-def test_plain_jupyterhub_refuses_a_misspelt_setting_in_one_line(tmp_path: Path):
-    recipe = _guide_recipe().replace("c.ScaleLabSpawner.store_url", "c.ScaleLabSpawner.store_ulr")
-    assert "store_ulr" in recipe
+def _refused(tmp_path: Path, recipe: str) -> str:
+    """A plain hub on ``recipe`` that must refuse to start: its output, once it exited 1 without
+    a traceback and without starting anything."""
     hub = _hub(_hub_file(tmp_path, secrets.token_hex(16), free_port(), recipe))
     output, _ = hub.communicate(timeout=120)
     hub.stdout.close()
     assert hub.returncode == 1, output
+    assert "Traceback" not in output
+    assert not (tmp_path / "hub.sqlite").exists()  # nothing started
+    return output
+
+
+def test_plain_jupyterhub_refuses_a_misspelt_setting_in_one_line(tmp_path: Path):
+    recipe = _guide_recipe().replace("c.ScaleLabSpawner.store_url", "c.ScaleLabSpawner.store_ulr")
+    assert "store_ulr" in recipe
+    output = _refused(tmp_path, recipe)
     assert (
         "ScaleLab cannot start: the configuration is not valid: c.ScaleLabSpawner has unknown "
         "setting(s) ['store_ulr'] (did you mean 'store_ulr' -> 'store_url'?). Correct that "
         f"setting in {tmp_path / 'jupyterhub_config.py'}" in output
     )
-    assert "Traceback" not in output
-    assert not (tmp_path / "hub.sqlite").exists()  # nothing started
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the refusal is a root hub's (CI runs as root)")
 def test_plain_jupyterhub_run_by_root_refuses_to_run_every_server_as_root(tmp_path: Path):
     homes = f"c.ScaleLabSpawner.home_root = {str(tmp_path / 'homes')!r}\n"
     recipe = _guide_recipe().replace("import scalelab", homes + "import scalelab")
-    hub = _hub(_hub_file(tmp_path, secrets.token_hex(16), free_port(), recipe))
-    output, _ = hub.communicate(timeout=120)
-    hub.stdout.close()
-    assert hub.returncode == 1, output
+    output = _refused(tmp_path, recipe)
     assert (
         "ScaleLab cannot start: the configuration is not valid: c.ScaleLabSpawner: every "
         "student's server would run as root (the hub runs as root, home_root is set and "
         "system_users is off): set c.ScaleLabSpawner.system_users = True for a system user per "
         "student, or c.ScaleLabSpawner.allow_root_servers = True to run them as root on purpose."
     ) in output
-    assert "Traceback" not in output
-    assert not (tmp_path / "hub.sqlite").exists()  # nothing started
 
 
 def test_plain_jupyterhub_with_the_guides_recipe_serves_scalelab(tmp_path: Path):
