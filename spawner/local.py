@@ -113,6 +113,16 @@ class ScaleLabSpawner(
         makes `jupyter-alice`. The whole name must have at most 32 characters.""",
     )
 
+    allow_root_servers = Bool(
+        False,
+        config=True,
+        help="""Let a hub run by root start servers as root: with `home_root` set and
+        `system_users` off (every server runs as the hub's own user), or a login whose system
+        user is root. Off (the default), such a hub refuses to start, and such a server to
+        start, naming this setting and `system_users`. `scalelab up --shared-identity` run by
+        root sets it (a single-user trial, said in its banner).""",
+    )
+
     home_root = Unicode(
         "",
         config=True,
@@ -191,16 +201,6 @@ class ScaleLabSpawner(
     #: This server's cgroup's name (under ``cgroup_parent``) while it has one (in the state).
     cgroup_name: str = ""
     #: Whether "auto" cgroups were found unusable (warned once per spawner).
-    allow_root_servers = Bool(
-        False,
-        config=True,
-        help="""Let a hub run by root start servers as root: with `home_root` set and
-        `system_users` off (every server runs as the hub's own user), or a login whose system
-        user is root. Off (the default), such a hub refuses to start, and such a server to
-        start, naming this setting and `system_users`. `scalelab up --shared-identity` run by
-        root sets it (a single-user trial, said in its banner).""",
-    )
-
     _cgroups_warned: bool = False
 
     @classmethod
