@@ -54,3 +54,32 @@ def spark_conf(master: str, driver_memory: str, app_name: str) -> dict[str, str]
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
     return conf
+
+
+def security_conf(master: str, secret: str) -> dict[str, str]:
+    """Spark's own authentication and RPC encryption for a session ScaleLab starts (pure).
+
+    Every connection to the driver (its RPC endpoint and block manager) must then prove the
+    application's secret (``spark.authenticate``) and is AES-encrypted
+    (``spark.network.crypto.enabled``): code that reaches the driver's ports cannot read cached
+    blocks, upload blocks or send it RPCs. In local mode the secret is ``secret``, new per
+    application; on YARN Spark makes one per application and hands it to the executors itself.
+    For a standalone or Kubernetes master the cluster's own setting decides (its workers must
+    share the secret): nothing is set. Shuffle and spill files are not encrypted
+    (``spark.io.encryption.enabled`` costs CPU on every shuffle); they lie in the server's own
+    temporary folder. Source: Spark's docs, "Security" (RPC authentication and encryption).
+
+    Returns
+    -------
+    dict
+        ``spark.*`` keys -> values, empty for a master whose cluster decides.
+    """
+    if master.startswith("local"):
+        return {
+            "spark.authenticate": "true",
+            "spark.authenticate.secret": secret,
+            "spark.network.crypto.enabled": "true",
+        }
+    if master == "yarn":
+        return {"spark.authenticate": "true", "spark.network.crypto.enabled": "true"}
+    return {}

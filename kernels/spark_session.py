@@ -12,6 +12,7 @@ import html
 import json
 import os
 import re
+import secrets
 import sys
 import tempfile
 import threading
@@ -26,7 +27,12 @@ from scalelab import envvars
 from scalelab.common.ports import free_port
 from scalelab.common.stderr_lines import Harmless, forward
 from scalelab.kernels import spark_gpu_grant, spark_gpus, spark_yarn
-from scalelab.kernels.spark_defaults import DEFAULT_DRIVER_MEMORY, DEFAULT_SPARK_MASTER, spark_conf
+from scalelab.kernels.spark_defaults import (
+    DEFAULT_DRIVER_MEMORY,
+    DEFAULT_SPARK_MASTER,
+    security_conf,
+    spark_conf,
+)
 from scalelab.kernels.yarn_wait import yarn_wait
 
 #: log4j2 configuration of the driver: WARN and above to the console (the kernel's stderr, hence
@@ -213,7 +219,9 @@ def session_conf(
     driver memory, application name), the server's GPUs in local mode
     (:func:`~scalelab.kernels.spark_gpus.gpu_conf`, its discovery script written beside the
     driver's log), :func:`~scalelab.kernels.spark_yarn.yarn_conf` when the
-    master is ``yarn``, ops' :func:`ops_conf`, and :func:`driver_conf` (the UI's port and
+    master is ``yarn``, Spark's authentication and RPC encryption
+    (:func:`~scalelab.kernels.spark_defaults.security_conf`, a new secret each time), ops'
+    :func:`ops_conf`, and :func:`driver_conf` (the UI's port and
     proxy, the driver's log4j2 file, added to ops' ``spark.driver.extraJavaOptions``).
 
     Parameters
@@ -259,6 +267,7 @@ def session_conf(
             conf.update(spark_yarn.yarn_conf(home, spark_yarn.staging_dir(environ)))
         except FileNotFoundError as exc:
             raise SparkStartError(f"Spark on YARN: {exc}") from exc
+    conf.update(security_conf(conf["spark.master"], secrets.token_hex(32)))  # ops may override
     conf.update(ops_conf(environ))
     if spark_yarn.is_yarn(conf["spark.master"]):  # the kernel finds its application by it
         conf["spark.yarn.tags"] = spark_yarn.with_kernel_tag(

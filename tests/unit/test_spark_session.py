@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from scalelab.kernels.spark_defaults import security_conf
 from scalelab.kernels.spark_session import driver_conf, session_conf, ui_proxy_path
 
 
@@ -53,6 +54,23 @@ def test_session_conf_from_the_hub_with_a_port_and_a_driver_log(tmp_path: Path):
     text = Path(props).read_text()
     assert f"appender.file.fileName = {tmp_path / 'logs'}/spark-driver-" in text
     assert "appender.console.filter.threshold.level = warn" in text
+
+
+def test_every_session_scalelab_starts_authenticates_and_encrypts_its_rpc():
+    local, again = session_conf({}, None), session_conf({}, None)
+    assert local["spark.authenticate"] == local["spark.network.crypto.enabled"] == "true"
+    secret = local["spark.authenticate.secret"]
+    assert len(secret) == 64 and secret != again["spark.authenticate.secret"]  # per application
+    assert security_conf("yarn", "s") == {  # YARN makes and hands out its own secret
+        "spark.authenticate": "true",
+        "spark.network.crypto.enabled": "true",
+    }
+    assert security_conf("spark://m:7077", "s") == {}  # the standalone cluster's own setting
+    assert security_conf("k8s://https://api:6443", "s") == {}
+    ops = '{"spark.network.crypto.enabled": "false"}'  # ops' word wins
+    assert session_conf({"SCALELAB_SPARK_CONF": ops}, None)["spark.network.crypto.enabled"] == (
+        "false"
+    )
 
 
 def test_without_hub_settings_the_defaults_and_no_log_file():
