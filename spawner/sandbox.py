@@ -15,6 +15,7 @@ import asyncio
 import ipaddress
 import os
 import shutil
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +44,17 @@ _CLAIMED: set[int] = set()
 _CLAIM_LOCK = threading.Lock()
 #: The running relays of this hub process, by namespace name.
 _RELAYS: dict[str, HostRelay] = {}
+
+
+def install_folders() -> list[str]:
+    """The folders of this ScaleLab the server runs from: the Python environment, its
+    interpreter's real folder, and the folder holding ScaleLab's packages (an editable
+    install's checkout: ``spawner/``, ``kernels/``, ``notebooks/`` ... side by side)."""
+    return [
+        sys.prefix,
+        str(Path(sys.executable).resolve().parent),
+        str(Path(__file__).resolve().parents[1]),
+    ]
 
 
 def missing_for_sandbox(*, root: bool, has_ip: bool, hub_api_url: str) -> str:
@@ -190,10 +202,13 @@ class SandboxSpawnerMixin(LocalProcessSpawner):
         self.ip = str(link.server_address)
 
     def _kept_folders(self) -> list[str]:
-        """The folders the hub hands the server, kept at their paths inside its sandbox
-        (:func:`~scalelab.spawner.namespaces.private_mounts`)."""
+        """The folders the server needs, kept at their paths inside its sandbox
+        (:func:`~scalelab.spawner.namespaces.private_mounts`): ScaleLab's own
+        (:func:`install_folders`; a checkout or environment under /tmp) and those the hub hands
+        it."""
         store = local_folder(self.store_url)
         wanted = [
+            *install_folders(),
             self.runtime_dir,
             *([str(store)] if store else []),
             *self.kernelspec_path,

@@ -169,3 +169,14 @@ def test_a_restarted_hub_takes_the_sandbox_back_from_the_state(tmp_path: Path):
     }
     spawner.load_state({})
     assert spawner.sandbox_link is None and spawner.sandbox_state() == {}
+
+
+def test_scalelab_itself_is_kept_in_the_sandbox_wherever_it_is_installed(tmp_path: Path):
+    import sys
+
+    import scalelab.spawner
+
+    kept = _spawner(tmp_path)._kept_folders()
+    assert sys.prefix in kept  # the environment the server's Python runs from
+    package = Path(scalelab.spawner.__file__).resolve().parent.parent
+    assert str(package) in kept  # spawner/, kernels/, notebooks/... (a clone under /tmp)
