@@ -31,7 +31,8 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from scalelab.spawner.cgroups import CgroupError, ServerCgroup, read_memory_events
+from scalelab.common.memory_cgroup import read_memory_events
+from scalelab.spawner.cgroups import CgroupError, ServerCgroup
 
 #: Seconds between two probes of the store and YARN.
 PROBE_INTERVAL_S = 30.0

@@ -19,7 +19,7 @@ from typing import Any
 from tornado.ioloop import PeriodicCallback
 
 from scalelab import envvars
-from scalelab.spawner.cgroups import MemoryEvents, read_memory_events
+from scalelab.common.memory_cgroup import MemoryEvents, read_memory_events
 
 #: Seconds between two looks at the cgroup's counters.
 INTERVAL_S = 3.0

@@ -13,6 +13,7 @@ import pytest
 from jupyterhub.spawner import SpawnException
 from traitlets.config import Config
 
+from scalelab.common.memory_cgroup import MemoryEvents, parse_memory_events
 from scalelab.spawner import ScaleLabSpawner, cgroups
 from scalelab.spawner.cgroups import CgroupError, Limits, ServerCgroup
 
@@ -168,29 +169,29 @@ def test_the_memory_controllers_counters_in_either_version():
         "memory.limit_in_bytes": "3221225472\n",
         "memory.max_usage_in_bytes": "3221000000\n",
     }
-    assert cgroups.parse_memory_events(v1) == cgroups.MemoryEvents(2, 3 * 2**30, 3221000000)
+    assert parse_memory_events(v1) == MemoryEvents(2, 3 * 2**30, 3221000000)
     v2 = {
         "memory.events": "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\n",
         "memory.max": "max\n",
         "memory.peak": "1048576\n",
     }
-    assert cgroups.parse_memory_events(v2) == cgroups.MemoryEvents(1, None, 2**20)
+    assert parse_memory_events(v2) == MemoryEvents(1, None, 2**20)
     unlimited = {"memory.limit_in_bytes": "9223372036854771712\n"}  # v1's "no limit"
-    assert cgroups.parse_memory_events(unlimited) == cgroups.MemoryEvents(0, None, None)
+    assert parse_memory_events(unlimited) == MemoryEvents(0, None, None)
 
 
 def test_a_kill_for_memory_is_told_once_with_the_limit_and_the_peak(tmp_path: Path):
     from scalelab.hub_ext.server.notices import read_notice
     from scalelab.hub_ext.server.oom_watch import OOMWatch, oom_message
 
-    events = cgroups.MemoryEvents(1, 3 * 2**30, 3 * 2**30 - 2**20)
+    events = MemoryEvents(1, 3 * 2**30, 3 * 2**30 - 2**20)
     message = oom_message(events, 1)
     assert message.startswith(
         "A process of your server was killed for memory: your server's memory limit of 3.0 GiB "
         "was reached (it reached 3.0 GiB)."
     )
     assert "profile that has more memory" in message and "spark.stop()" in message
-    assert oom_message(cgroups.MemoryEvents(3, None, None), 2).startswith(
+    assert oom_message(MemoryEvents(3, None, None), 2).startswith(
         "2 processes of your server were killed for memory: your server's memory limit was "
         "reached. "
     )

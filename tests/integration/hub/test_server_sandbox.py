@@ -34,7 +34,7 @@ from scalelab.spawner.namespaces import (
     private_mounts,
     setns,
 )
-from scalelab.spawner.sandbox import claim_link, release_link
+from scalelab.spawner.sandbox import claim_link, install_folders, release_link
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2's ip"
@@ -179,9 +179,10 @@ def test_a_server_has_its_own_temporary_folders_and_keeps_its_runtime_folder(pai
     private = runtime / "tmp"
     private.mkdir()
     (runtime / "kernel-1.json").write_text("{}")
-    for _, point in kept_mount_points(str(private), [str(runtime)]):
+    keep = [str(runtime), *install_folders()]  # this Python too (a clone under /tmp: CI's)
+    for _, point in kept_mount_points(str(private), keep):
         os.makedirs(point)
-    ops = private_mounts(str(private), [str(runtime)])
+    ops = private_mounts(str(private), keep)
     marker = f"scalelab-sandbox-{uuid.uuid4().hex[:8]}"
     code = (
         "import os, sys\n"
