@@ -2,8 +2,9 @@
 
 :class:`SparkUIProxyHandler` is jupyter-server-proxy's ``LocalProxyHandler`` at that path, not
 at ``proxy/<port>/``, where the Spark UI's scripts break; the kernel sets ``spark.ui.proxyBase``
-to it, and redirects to other paths of the UI are put under it. It reaches only the UIs its own
-kernels recorded, and never passes the student's cookies or tokens on.
+to it, and redirects to other paths of the UI are put under it. It reaches only the UIs of its
+own kernels (recorded, or a port a process of the server listens on), and never passes the
+student's cookies or tokens on.
 Why: docs/design-notes.md, scalelab.hub_ext.server.spark_ui.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import psutil
 from jupyter_server.utils import url_path_join
 from jupyter_server_proxy.handlers import LocalProxyHandler
 from tornado.web import HTTPError
@@ -44,16 +46,33 @@ def own_ui_ports(connection_dir: str, running_kernels: set[str]) -> set[int]:
     return {record.port for record in live}
 
 
+def descendants_listening() -> set[int]:
+    """The TCP ports a process this server started (a kernel, its Spark driver's JVM) listens
+    on: a UI whose kernel has not written its record yet (it does after the cell that started
+    Spark, which may still run a long job)."""
+    ports = set()
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            found = proc.net_connections(kind="tcp")
+        except (psutil.Error, OSError):  # ended meanwhile
+            continue
+        ports |= {c.laddr.port for c in found if c.status == psutil.CONN_LISTEN}
+    return ports
+
+
 class SparkUIProxyHandler(LocalProxyHandler):
     """jupyter-server-proxy's local proxy at ``<base_url>sparkui/<port>/<path>``, for the Spark
-    UIs of this server's own kernels only (any other port: 502, as a port nobody listens on,
-    a stale link after a kernel restart, is: a page saying so, not a bare 500), without the
-    student's cookies or tokens."""
+    UIs of this server's own kernels only (recorded, or a port a process it started listens
+    on). Any other port is a 502 page, as a port nobody listens on (a stale link after a kernel
+    restart) is: a page saying so, not a bare 500. The student's cookies and tokens stay
+    behind."""
 
     async def proxy(self, port: Any, proxied_path: str) -> Any:
         manager = self.kernel_manager
         running = set(manager.list_kernel_ids())
         owned = await asyncio.to_thread(own_ui_ports, manager.connection_dir, running)
+        if int(port) not in owned:
+            owned = await asyncio.to_thread(descendants_listening)
         if int(port) not in owned:
             raise HTTPError(502, "%s", gone_message(int(port)), reason="No Spark UI on this port")
         try:

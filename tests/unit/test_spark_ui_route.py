@@ -61,3 +61,28 @@ def test_only_the_uis_its_own_running_kernels_recorded_are_reachable(tmp_path):
     write_record(tmp_path, SparkUIRecord("k3", 4042, "local-3", "app", alive, 3.0))  # shut down
     assert own_ui_ports(str(tmp_path), {"k1", "k2"}) == {4040}
     assert own_ui_ports(str(tmp_path / "missing"), {"k1"}) == set()
+
+
+def test_a_ui_not_recorded_yet_is_found_among_the_servers_own_processes():
+    import subprocess
+    import sys
+    import time
+
+    from scalelab.hub_ext.server.spark_ui import descendants_listening
+
+    code = (
+        "import socket, sys, time\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+        "print(s.getsockname()[1], flush=True); time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(child.stdout.readline())
+        deadline = time.monotonic() + 10
+        while port not in descendants_listening() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert port in descendants_listening()  # a child of this process listens there
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
