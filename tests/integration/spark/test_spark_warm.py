@@ -31,6 +31,7 @@ PER_DRIVER = {
     "spark.ui.port",
     "spark.ui.proxyBase",
     "spark.driver.extraJavaOptions",  # its log4j2 file is named after the starting process
+    "spark.authenticate.secret",  # a new one per application (spark_defaults.security_conf)
 }
 
 
