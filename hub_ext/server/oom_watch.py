@@ -20,6 +20,7 @@ from tornado.ioloop import PeriodicCallback
 
 from scalelab import envvars
 from scalelab.common.memory_cgroup import MemoryEvents, read_memory_events
+from scalelab.hub_ext.server.notices import write_notice
 
 #: Seconds between two looks at the cgroup's counters.
 INTERVAL_S = 3.0
@@ -63,8 +64,6 @@ class OOMWatch:
 
     def check(self) -> str | None:
         """Look once; returns the notice written, or None when no new kill was counted."""
-        from scalelab.hub_ext.server.notices import write_notice
-
         events = read_memory_events(self.folder)
         new = events.oom_kills - self.seen
         self.seen = events.oom_kills

@@ -19,7 +19,7 @@ from jupyter_server_proxy.handlers import LocalProxyHandler
 from tornado.web import HTTPError
 
 from scalelab.common.processes import pid_runs
-from scalelab.kernels.spark_ui_record import live_records, read_records
+from scalelab.kernels.spark_ui_record import SparkUIRecord, live_records, read_records
 
 #: The path segment of the Spark UI route, under the single-user server's base URL.
 SPARK_UI_SEGMENT = "sparkui"
@@ -39,11 +39,15 @@ def gone_message(port: int) -> str:
 CREDENTIAL_HEADERS = ("Cookie", "Authorization", "X-XSRFToken")
 
 
+def running_records(connection_dir: str, running_kernels: set[str]) -> list[SparkUIRecord]:
+    """The Spark UI records of this server's running kernels, from its runtime folder
+    (:mod:`scalelab.kernels.spark_ui_record`), newest first."""
+    return live_records(read_records(connection_dir), running_kernels, pid_runs)
+
+
 def own_ui_ports(connection_dir: str, running_kernels: set[str]) -> set[int]:
-    """The ports of the Spark UIs of this server's running kernels, from their records in its
-    runtime folder (:mod:`scalelab.kernels.spark_ui_record`)."""
-    live = live_records(read_records(connection_dir), running_kernels, pid_runs)
-    return {record.port for record in live}
+    """The ports of the Spark UIs of this server's running kernels (:func:`running_records`)."""
+    return {record.port for record in running_records(connection_dir, running_kernels)}
 
 
 def descendants_listening() -> set[int]:

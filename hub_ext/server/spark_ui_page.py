@@ -21,9 +21,8 @@ from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from scalelab.common.processes import pid_runs
-from scalelab.hub_ext.server.spark_ui import SPARK_UI_SEGMENT
-from scalelab.kernels.spark_ui_record import SparkUIRecord, live_records, read_records
+from scalelab.hub_ext.server.spark_ui import SPARK_UI_SEGMENT, running_records
+from scalelab.kernels.spark_ui_record import SparkUIRecord
 from scalelab.templates import templates_dir
 
 _env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=True)
@@ -100,7 +99,7 @@ class SparkUIPageHandler(JupyterHandler):
         running = set(manager.list_kernel_ids())
 
         def find() -> list[SparkUIRecord]:
-            found = live_records(read_records(manager.connection_dir), running, pid_runs)
+            found = running_records(manager.connection_dir, running)
             return [record for record in found if port_listens(record.port)]
 
         live = await asyncio.to_thread(find)

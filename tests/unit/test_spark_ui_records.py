@@ -102,7 +102,7 @@ def test_only_a_ui_served_behind_the_hub_is_recorded():
 
 
 def test_the_page_keeps_only_records_of_kernels_that_still_run_newest_first():
-    from scalelab.hub_ext.server.spark_ui_page import live_records
+    from scalelab.kernels.spark_ui_record import live_records
 
     older = SparkUIRecord("k1", 41001, "local-1", "scalelab-alice", 11, 100.0)
     newer = SparkUIRecord("k2", 41002, "local-2", "scalelab-alice", 12, 200.0)
