@@ -12,7 +12,7 @@ import asyncio
 import os
 
 from jupyterhub.spawner import SpawnException
-from traitlets import Dict, Integer, List, Type, Unicode, default
+from traitlets import CaselessStrEnum, Dict, Integer, List, Type, Unicode, default
 
 from scalelab.kernels.livy import LivySettings, livy_environment
 from scalelab.kernels.spark_defaults import (
@@ -36,6 +36,21 @@ class CourseSpawnerMixin(GPUSpawnerMixin):
     Put it first among the bases: ``class MySpawner(CourseSpawnerMixin, KubeSpawner)``. Its
     settings are set under the spawner class's name (``c.MySpawner.store_url``).
     """
+
+    kernel_transport = CaselessStrEnum(
+        ["ipc", "tcp"],
+        "ipc",
+        config=True,
+        help="""How a server and its kernels talk (ZeroMQ's transport,
+        `--KernelManager.transport`). `ipc` (the default): Unix sockets in the server's private
+        runtime folder (0700, the student's own; on Slurm a folder of the job on its node's
+        /tmp, removed when the job ends), which no other user can connect to. `tcp`: ports on
+        127.0.0.1, which any user of the host (or Slurm node) can connect to: a ZeroMQ SUB
+        socket on a kernel's iopub port receives every cell's input and output (messages are
+        signed, not hidden). With `ipc` the runtime folder's path must leave room for the
+        sockets' names within Linux's 107 characters: a local server whose would not does not
+        start, and says so (`runtime_parent`).""",
+    )
 
     store_url = Unicode(
         "",
@@ -265,7 +280,9 @@ class CourseSpawnerMixin(GPUSpawnerMixin):
 
     def get_args(self) -> list[str]:
         """The backend's server arguments, plus ScaleLab's kernel allow-list (the launcher shows
-        ScaleLab's kernels only; the PySpark one is the default) and the culling of idle
-        PySpark kernels (``spark_kernel_idle_timeout``)."""
+        ScaleLab's kernels only; the PySpark one is the default), the culling of idle PySpark
+        kernels (``spark_kernel_idle_timeout``) and the kernels' transport
+        (``kernel_transport``)."""
         culling = server_args(spark_kernel_idle_timeout=self.spark_kernel_idle_timeout)
-        return [*super().get_args(), *culling]
+        transport = f"--KernelManager.transport={self.kernel_transport.lower()}"
+        return [*super().get_args(), *culling, transport]

@@ -131,8 +131,9 @@ class GPUSpawnerMixin(Spawner):
         start it (others asking for it, with a tampered form or the REST API, are refused with
         403); at least one profile, the default, has no `groups`. `mem_limit` and `cpu_limit`
         (optional): the spawner's `mem_limit` ("8G", "512M" or bytes) and `cpu_limit` (CPUs)
-        for a server of this profile, instead of the spawner's own (on the local spawner, its
-        cgroup's limits). Misspelt keys are an error.""",
+        for a server of this profile, instead of the spawner's own (on the local
+        spawner, its cgroup's limits; on Slurm, the job's `--mem` and `--cpus-per-task`; on
+        Kubernetes, the pod's limits). Misspelt keys are an error.""",
     )
     declared_gpus = List(
         Dict(),

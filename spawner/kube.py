@@ -2,7 +2,8 @@
 
 Two modes: ``"count"`` asks the NVIDIA device plugin for as many ``nvidia.com/gpu``; ``"exact"``
 pins the granted UUIDs on their node (:func:`node_of`) through ``NVIDIA_VISIBLE_DEVICES``.
-:func:`split_secret_env` splits a server's environment into plain variables and a Secret.
+:func:`split_secret_env` splits a server's environment into plain variables and a Secret;
+:func:`network_policy` closes a server's pod to all but the proxy and the hub.
 Why: docs/design-notes.md, scalelab.spawner.kube.
 """
 
@@ -160,3 +161,91 @@ def split_secret_env(
         else:
             plain[name] = value
     return plain, data
+
+
+#: The label of the pods that may reach single-user servers: Zero to JupyterHub gives it to the
+#: proxy and the hub (``hub.jupyter.org/network-access-singleuser: "true"``).
+SERVER_ACCESS_LABEL = "hub.jupyter.org/network-access-singleuser"
+#: Destinations kept from a server's public egress, as Zero to JupyterHub's singleuser policy
+#: keeps them (``egressAllowRules.nonPrivateIPs``): the private ranges of RFC 1918, where other
+#: students' pods and the cluster's services are, and the cloud metadata server.
+PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.169.254/32")
+#: DNS, over UDP and TCP.
+DNS_PORTS = ({"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"})
+
+
+def network_policy(
+    name: str,
+    pod_labels: Mapping[str, str],
+    port: int,
+    *,
+    hub_labels: Mapping[str, str],
+    hub_port: int,
+    public_egress: bool = True,
+    egress: Sequence[Mapping[str, Any]] = (),
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """One server's NetworkPolicy (``networking.k8s.io/v1``, as JSON), after Zero to
+    JupyterHub's singleuser policy: in, only pods labelled :data:`SERVER_ACCESS_LABEL` (the
+    proxy, the hub) on the server's ``port``; out, the hub's API, DNS, public addresses (not
+    :data:`PRIVATE_RANGES`, so no other student's pod) when ``public_egress``, and ``egress``,
+    the operators' own rules (the store's and Spark's addresses).
+
+    Parameters
+    ----------
+    name
+        The policy's name.
+    pod_labels
+        Labels that select this server's pod alone (user and server name).
+    port
+        The server's TCP port.
+    hub_labels, hub_port
+        The hub pod's labels and its API's TCP port.
+    public_egress
+        Whether the server may reach addresses outside :data:`PRIVATE_RANGES` (PyPI, data
+        sets on the Internet).
+    egress
+        Further ``NetworkPolicyEgressRule`` objects, appended as given.
+    labels
+        The policy's own labels.
+
+    Raises
+    ------
+    ValueError
+        A port outside 1-65535, or an egress rule with keys other than ``to`` and ``ports``.
+    """
+    for p in (port, hub_port):
+        if not 0 < p < 65536:
+            raise ValueError(f"{p} is not a TCP port")
+    for rule in egress:
+        unknown = sorted(set(rule) - {"to", "ports"})
+        if unknown:
+            raise ValueError(
+                f"an egress rule has {unknown}: a NetworkPolicyEgressRule has 'to' and 'ports'"
+            )
+    rules: list[dict[str, Any]] = [
+        {
+            "to": [{"podSelector": {"matchLabels": dict(hub_labels)}}],
+            "ports": [{"port": hub_port, "protocol": "TCP"}],
+        },
+        {"ports": [dict(p) for p in DNS_PORTS]},
+    ]
+    if public_egress:
+        rules.append({"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(PRIVATE_RANGES)}}]})
+    rules += [dict(rule) for rule in egress]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "labels": dict(labels or {})},
+        "spec": {
+            "podSelector": {"matchLabels": dict(pod_labels)},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": {SERVER_ACCESS_LABEL: "true"}}}],
+                    "ports": [{"port": port, "protocol": "TCP"}],
+                }
+            ],
+            "egress": rules,
+        },
+    }

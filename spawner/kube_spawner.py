@@ -1,26 +1,37 @@
 """ScaleLab on Kubernetes: :class:`ScaleLabKubeSpawner`, the course layer over KubeSpawner.
 
 GPUs granted before the pod exists (or a place in ScaleLab's queue), group-restricted profiles,
-credentials in a Secret of the server's own, the course environment and per-profile pod
-settings (``profile_overrides``). Needs ``scalelab[kube]``; KubeSpawner's own settings are
-``c.ScaleLabKubeSpawner.<setting>``. Why: docs/design-notes.md, scalelab.spawner.kube_spawner.
+credentials in a Secret of the server's own, a NetworkPolicy of its own, the course environment
+and per-profile pod settings (``profile_overrides``). Needs ``scalelab[kube]``; KubeSpawner's
+own settings are ``c.ScaleLabKubeSpawner.<setting>``. Why: docs/design-notes.md,
+scalelab.spawner.kube_spawner.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from functools import partial
 from typing import Any
+from urllib.parse import urlsplit
 
 from jupyterhub.spawner import SpawnException
 from jupyterhub.utils import exponential_backoff, recursive_update
 from kubernetes_asyncio.client import V1ObjectMeta, V1Secret
+from kubernetes_asyncio.client.exceptions import ApiException
 from kubespawner import KubeSpawner
-from traitlets import Dict, Enum, List, TraitError, Unicode, default, validate
+from kubespawner.clients import shared_client
+from traitlets import Bool, Dict, Enum, List, TraitError, Unicode, default, validate
 
 from scalelab import envvars
 from scalelab.spawner.course import CourseSpawnerMixin
-from scalelab.spawner.kube import GPU_RESOURCE, kube_gpu_settings, node_of, split_secret_env
+from scalelab.spawner.kube import (
+    GPU_RESOURCE,
+    kube_gpu_settings,
+    network_policy,
+    node_of,
+    split_secret_env,
+)
 
 #: Server environment variables that are credentials, besides the store identity's own.
 CREDENTIAL_VARIABLES = (envvars.STORE_OPTIONS, "JUPYTERHUB_API_TOKEN", "JPY_API_TOKEN")
@@ -68,6 +79,45 @@ class ScaleLabKubeSpawner(CourseSpawnerMixin, KubeSpawner):
         `profile_list`.""",
     )
 
+    network_policy = Bool(
+        True,
+        config=True,
+        help="""A NetworkPolicy per server (`<pod name>-scalelab`, made before its pod and
+        deleted with it), after Zero to JupyterHub's singleuser policy: in, only the pods
+        labelled `hub.jupyter.org/network-access-singleuser: "true"` (give it to the proxy and
+        the hub; Zero to JupyterHub does) on the server's port; out, the hub's API, DNS,
+        public addresses (`network_policy_public_egress`) and `network_policy_egress`. No
+        student's pod reaches another's kernels, Spark driver or server. Needs a network
+        plugin that enforces NetworkPolicies (Calico, Cilium). Off: no policy (a namespace
+        policy of the operators' own instead).""",
+    )
+    network_policy_hub_labels = Dict(
+        default_value={"component": "hub"},
+        key_trait=Unicode(),
+        value_trait=Unicode(),
+        config=True,
+        help="""Labels of the hub's pod, which servers may reach on the hub API's port (the port
+        of the hub's `hub_connect_url`, else 8081). Zero to JupyterHub's hub pod has
+        `component: hub`.""",
+    )
+    network_policy_public_egress = Bool(
+        True,
+        config=True,
+        help="""Whether servers may reach public addresses (all but 10.0.0.0/8, 172.16.0.0/12,
+        192.168.0.0/16 and the cloud metadata server 169.254.169.254): PyPI, data sets on the
+        Internet. The course's store and Spark cluster on private addresses need their own
+        rules in `network_policy_egress`.""",
+    )
+    network_policy_egress = List(
+        Dict(),
+        config=True,
+        help="""Further egress rules of every server's NetworkPolicy (Kubernetes'
+        NetworkPolicyEgressRule: `to` and `ports`), e.g. the course's HDFS and Spark:
+        [{"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}], "ports": [{"port": 8020}]}].""",
+    )
+
+    #: KubeSpawner's NetworkingV1Api client (made when first needed).
+    networking_api: Any = None
     #: KubeSpawner settings as they were before this start's ``profile_overrides``.
     _before_overrides: dict[str, Any] | None = None
 
@@ -165,6 +215,32 @@ class ScaleLabKubeSpawner(CourseSpawnerMixin, KubeSpawner):
             string_data=data,
         )
 
+    def get_network_policy_manifest(self) -> dict[str, Any]:
+        """This server's NetworkPolicy (:func:`~scalelab.spawner.kube.network_policy`),
+        named as its Secret (:attr:`store_secret_name`).
+
+        Raises
+        ------
+        ValueError
+            An egress rule of ``network_policy_egress`` that is not one.
+        """
+        pod_labels = self._build_pod_labels({})
+        selector = {
+            key: pod_labels[key]
+            for key in ("hub.jupyter.org/username", "hub.jupyter.org/servername", "component")
+        }
+        hub_url = self.hub.api_url if self.hub is not None else ""
+        return network_policy(
+            self.store_secret_name,
+            selector,
+            self.port,
+            hub_labels=self.network_policy_hub_labels,
+            hub_port=urlsplit(hub_url).port or 8081,
+            public_egress=self.network_policy_public_egress,
+            egress=self.network_policy_egress,
+            labels=self._build_common_labels(self._expand_all(self.extra_labels)),
+        )
+
     async def get_pod_manifest(self):
         """KubeSpawner's pod, with the granted GPUs: resource limits and requests (``count``),
         or node selector and RuntimeClass (``exact``)."""
@@ -181,9 +257,10 @@ class ScaleLabKubeSpawner(CourseSpawnerMixin, KubeSpawner):
 
     async def load_user_options(self) -> None:
         """Apply ``profile_overrides`` of the granted profile (ScaleLab validated the options
-        before the GPUs were granted; KubeSpawner's ``profile_list`` is not read), then make the
-        student's home in the store where the store needs the hub to (``prepare_store_home``).
-        The settings a previous start's profile changed go back to their values first:
+        before the GPUs were granted, with the profile's ``mem_limit`` and ``cpu_limit``;
+        KubeSpawner's ``profile_list`` is not read), then make the student's home in the store
+        where the store needs the hub to (``prepare_store_home``). The settings a previous
+        start's profile changed go back to their values first:
         JupyterHub keeps a server's spawner object from one start to the next. KubeSpawner's
         start awaits this first, before the Secret and the pod."""
         if self._request is None:
@@ -191,6 +268,9 @@ class ScaleLabKubeSpawner(CourseSpawnerMixin, KubeSpawner):
         assert self._request is not None
         for name, value in (self._before_overrides or {}).items():
             setattr(self, name, value)
+        # the profile's mem_limit and cpu_limit again: a previous start's override restored
+        # above may have been one of them (overrides win over the profile's limits)
+        self._apply_profile_limits(self._request.profile)
         overrides = self.profile_overrides.get(self._request.profile.slug) or {}
         self._before_overrides = {name: copy.deepcopy(getattr(self, name)) for name in overrides}
         for name, value in overrides.items():
@@ -221,6 +301,8 @@ class ScaleLabKubeSpawner(CourseSpawnerMixin, KubeSpawner):
             timeout=self.k8s_api_request_retry_timeout,
         )
         await self._replace_resource("secret", self.get_store_secret_manifest())
+        if self.network_policy:
+            await self._replace_network_policy(self.get_network_policy_manifest())
         return await super()._make_create_pod_request(pod, request_timeout)
 
     async def _replace_resource(self, kind: str, manifest: Any) -> None:
@@ -236,19 +318,67 @@ class ScaleLabKubeSpawner(CourseSpawnerMixin, KubeSpawner):
             timeout=self.k8s_api_request_retry_timeout,
         )
 
+    def _networking(self) -> Any:
+        """The NetworkingV1Api client (KubeSpawner's shared one)."""
+        if self.networking_api is None:
+            self.networking_api = shared_client("NetworkingV1Api")
+        return self.networking_api
+
+    async def _network_policy_gone(self, name: str) -> bool:
+        """Delete the NetworkPolicy ``name``; True once it is not there (for
+        ``exponential_backoff``, as KubeSpawner's ``_ensure_not_exists``)."""
+        delete = self._networking().delete_namespaced_network_policy
+        try:
+            await asyncio.wait_for(delete(name, self.namespace), self.k8s_api_request_timeout)
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
+    async def _network_policy_made(self, manifest: dict[str, Any]) -> bool:
+        """Create ``manifest``; False while an old one of its name is still being deleted."""
+        create = self._networking().create_namespaced_network_policy
+        try:
+            await asyncio.wait_for(create(self.namespace, manifest), self.k8s_api_request_timeout)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    async def _replace_network_policy(self, manifest: dict[str, Any]) -> None:
+        name = manifest["metadata"]["name"]
+        await exponential_backoff(
+            partial(self._network_policy_gone, name),
+            f"Could not delete the old network policy {name}",
+            timeout=self.k8s_api_request_retry_timeout,
+        )
+        await exponential_backoff(
+            partial(self._network_policy_made, manifest),
+            f"Could not create network policy {name}",
+            timeout=self.k8s_api_request_retry_timeout,
+        )
+
     async def stop(self, now=False):
-        """Delete the pod (KubeSpawner), give back the GPUs (ScaleLab), delete the Secret."""
+        """Delete the pod (KubeSpawner), give back the GPUs (ScaleLab), delete the Secret and
+        the NetworkPolicy."""
         try:
             await super().stop(now=now)
         finally:
-            try:
-                await exponential_backoff(
-                    partial(self._ensure_not_exists, "secret", self.store_secret_name),
-                    f"Could not delete secret {self.store_secret_name}",
-                    timeout=self.k8s_api_request_retry_timeout,
-                )
-            except TimeoutError as exc:
-                self.log.error("%s: its Secret stays: %s", self.server_key, exc)
+            name = self.store_secret_name
+            leftovers = [(partial(self._ensure_not_exists, "secret", name), "Secret")]
+            if self.network_policy:
+                leftovers.append((partial(self._network_policy_gone, name), "NetworkPolicy"))
+            for gone, kind in leftovers:
+                try:
+                    await exponential_backoff(
+                        gone,
+                        f"Could not delete {kind} {name}",
+                        timeout=self.k8s_api_request_retry_timeout,
+                    )
+                except TimeoutError as exc:
+                    self.log.error("%s: its %s stays: %s", self.server_key, kind, exc)
 
     async def progress(self):
         """ScaleLab's queue place and estimate while the GPUs are not granted, then

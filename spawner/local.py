@@ -172,20 +172,6 @@ class ScaleLabSpawner(
         hub's service `Delegate=yes` and point this into its own cgroup.""",
     )
 
-    kernel_transport = CaselessStrEnum(
-        ["ipc", "tcp"],
-        "ipc",
-        config=True,
-        help="""How a server and its kernels talk (ZeroMQ's transport,
-        `--KernelManager.transport`). `ipc` (the default): Unix sockets in the server's private
-        runtime folder (0700, the student's own), which no other user can connect to. `tcp`:
-        ports on 127.0.0.1, which any user of the host can connect to: a ZeroMQ SUB socket on a
-        kernel's iopub port receives every cell's input and output (messages are signed, not
-        hidden). With `ipc` the runtime folder's path (`runtime_parent`) must leave room for
-        the sockets' names within Linux's 107 characters: a server whose would not does not
-        start, and says so.""",
-    )
-
     tasks_limit = Int(
         4096,
         min=0,
@@ -334,7 +320,6 @@ class ScaleLabSpawner(
             # Servers run as the hub's own user in home_root mode; jupyter_server refuses root
             # unless told, and a hub run by root (a container, CI) is that case.
             args.append("--allow-root")
-        args.append(f"--KernelManager.transport={self.kernel_transport.lower()}")
         return args
 
     async def start(self):

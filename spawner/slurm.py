@@ -101,6 +101,20 @@ class SlurmGPUs(ServerReports):
         return GPUInventory(tuple(gpus), "slurm", "" if gpus else "no node has Gres=gpu")
 
 
+#: The batch script's lines that give the server a Jupyter runtime folder of the job's own on
+#: its node (``mktemp -d``: 0700, the student's), for the kernels' ``ipc`` sockets: a short
+#: path on a local file system, not the home on the cluster's shared one. ``srun`` passes only
+#: the variables of ``SLURM_EXPORT_ENV`` (sbatch's ``--export``) to the server's step: the
+#: folder's variable is added there. Removed when the job script exits; a job killed outright
+#: leaves an empty folder of the student's in the node's /tmp (Slurm's ``job_container/tmpfs``
+#: gives each job a /tmp that goes with it).
+RUNTIME_ON_NODE = (
+    'export JUPYTER_RUNTIME_DIR="$(mktemp -d "${TMPDIR:-/tmp}/scalelab-runtime-XXXXXX")"\n'
+    "trap 'rm -rf \"$JUPYTER_RUNTIME_DIR\"' EXIT\n"
+    'export SLURM_EXPORT_ENV="${SLURM_EXPORT_ENV:-ALL},JUPYTER_RUNTIME_DIR"\n'
+)
+
+
 def insert_directives(script: str, options: list[str]) -> str:
     """``script`` with ``#SBATCH <option>`` lines after its first line (the ``#!`` line), where
     ``sbatch`` reads them (pure)."""
@@ -241,7 +255,9 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
     # -- the job's request -----------------------------------------------------------------------
 
     def job_directives(self) -> list[str]:
-        """The sbatch options of this start's profile (:func:`sbatch_directives`).
+        """The sbatch options of this start's profile (:func:`sbatch_directives`), with its
+        ``mem_limit`` and ``cpu_limit`` (the profile's, else the spawner's) as ``--mem`` and
+        ``--cpus-per-task``.
 
         Raises
         ------
@@ -258,14 +274,20 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
             time_limit=entry.get("time", self.slurm_time_limit),
             account=entry.get("account", self.slurm_account),
             extra=entry.get("options", ()),
+            memory=self.mem_limit or None,
+            cpus=self.cpu_limit or None,
         )
 
     async def _get_batch_script(self, **subvars):
+        prologue = subvars.get("prologue", "")
+        if self.kernel_transport.lower() == "ipc":
+            prologue = RUNTIME_ON_NODE + prologue
         if not self.requested_gpus:
             # Slurm leaves CUDA_VISIBLE_DEVICES unset in a job without GPUs (sbatch drops the
             # empty value it was given): the server would see every GPU of its node that the
             # node's cgroups (ConstrainDevices) do not hide. Hide them in the script.
-            subvars["prologue"] = "export CUDA_VISIBLE_DEVICES=''\n" + subvars.get("prologue", "")
+            prologue = "export CUDA_VISIBLE_DEVICES=''\n" + prologue
+        subvars["prologue"] = prologue
         script = await super()._get_batch_script(**subvars)
         return insert_directives(script, self.job_directives())
 

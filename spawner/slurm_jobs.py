@@ -10,6 +10,7 @@ JobID,State,Reason,ExitCode -j <id>``.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from scalelab.common.gpu_inventory import slurm_gpu_id as gpu_id
 #: ``squeue`` format of :func:`queue_place`: job id, priority, submit time, estimated start,
 #: reason.
 PENDING_FORMAT = "%i|%Q|%V|%S|%r"
+#: Bytes in a MiB, the unit of ``sbatch --mem``'s ``M``.
+MIB = 1024 * 1024
 #: ``sacct`` fields of :func:`parse_sacct`.
 SACCT_FIELDS = "JobID,State,Reason,ExitCode"
 
@@ -270,22 +273,37 @@ def sbatch_directives(
     time_limit: str = "",
     account: str = "",
     extra: Iterable[str] = (),
+    *,
+    memory: int | None = None,
+    cpus: float | None = None,
 ) -> list[str]:
     """The ``sbatch`` options of one server's job: ``--no-requeue`` (always: a job Slurm
     requeued after a node failure or a preemption would be pending again, and the hub would
     take it for the running server; it ends with ``NODE_FAIL`` or ``PREEMPTED`` instead, which
-    the student is told), ``--gres=gpu:N`` for a GPU request, then the profile's partition,
-    QOS, time limit and account (each left out when empty), then ``extra`` as given.
+    the student is told), ``--gres=gpu:N`` for a GPU request, ``--mem=<MiB>M`` for a memory
+    limit of ``memory`` bytes (rounded up to whole MiB) and ``--cpus-per-task=N`` for ``cpus``
+    CPUs (rounded up: Slurm gives whole CPUs), then the profile's partition, QOS, time limit
+    and account (each left out when empty), then ``extra`` as given. Slurm enforces memory and
+    devices only where its cgroup plugins do (``TaskPlugin=task/cgroup``,
+    ``ConstrainRAMSpace``, ``ConstrainDevices``: :func:`cgroup_problems`).
 
     Raises
     ------
     ValueError
-        A negative GPU count, or an option value holding white space or a newline (it would
-        break the batch script).
+        A negative GPU count, a memory or CPU limit not above 0, or an option value holding
+        white space or a newline (it would break the batch script).
     """
     if gpus < 0:
         raise ValueError(f"a job cannot ask for {gpus} GPUs")
     options = ["--no-requeue"] + ([f"--gres=gpu:{gpus}"] if gpus else [])
+    if memory is not None:
+        if memory <= 0:
+            raise ValueError(f"a job cannot be limited to {memory} bytes of memory")
+        options.append(f"--mem={-(-memory // MIB)}M")
+    if cpus is not None:
+        if cpus <= 0:
+            raise ValueError(f"a job cannot be limited to {cpus} CPUs")
+        options.append(f"--cpus-per-task={math.ceil(cpus)}")
     for flag, value in (
         ("partition", partition),
         ("qos", qos),
@@ -350,3 +368,67 @@ def submission_problem(
             f"{where}.args to run every server as root knowingly"
         )
     return None
+
+
+def parse_show_config(text: str) -> dict[str, str]:
+    """``scontrol show config``'s ``Key = Value`` lines as a dict (its cgroup.conf section
+    included, as Slurm 22.05 prints it); lines without `` = `` are skipped."""
+    config: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(" = ")
+        if sep and key.strip():
+            config[key.strip()] = value.strip()
+    return config
+
+
+def cgroup_problems(config: Mapping[str, str], *, gpus: bool, memory: bool) -> list[str]:
+    """What Slurm's configuration (:func:`parse_show_config`) leaves unconfined for the course's
+    jobs, one sentence each with its setting (pure; empty: nothing).
+
+    Parameters
+    ----------
+    config
+        ``scontrol show config`` as a dict.
+    gpus
+        Whether some profile asks for GPUs: each job must see only its own
+        (``ConstrainDevices``).
+    memory
+        Whether the servers have memory limits (``mem_limit``, a profile's): Slurm must give
+        memory as a resource (``SelectTypeParameters`` ``CR_*_Memory``) and hold a job to it
+        (``ConstrainRAMSpace``).
+
+    Source: Slurm's cgroup.conf and slurm.conf manual pages (22.05).
+    """
+
+    def yes(key: str) -> bool:
+        return config.get(key, "").lower() == "yes"
+
+    problems = []
+    task_cgroup = "task/cgroup" in config.get("TaskPlugin", "")
+    if not task_cgroup:
+        problems.append(
+            "TaskPlugin has no task/cgroup, so no job is held to its memory or devices "
+            "(slurm.conf: TaskPlugin=task/cgroup,task/affinity)"
+        )
+    if config.get("ProctrackType", "") != "proctrack/cgroup":
+        problems.append(
+            "ProctrackType is not proctrack/cgroup, so a process a kernel starts in a new "
+            "session can outlive its job (slurm.conf: ProctrackType=proctrack/cgroup)"
+        )
+    if gpus and task_cgroup and not yes("ConstrainDevices"):
+        problems.append(
+            "ConstrainDevices is off, so a job sees every GPU of its node (cgroup.conf: "
+            "ConstrainDevices=yes)"
+        )
+    if memory:
+        if "MEMORY" not in config.get("SelectTypeParameters", "").upper():
+            problems.append(
+                "memory is not a consumable resource, so --mem reserves nothing "
+                "(slurm.conf: SelectTypeParameters=CR_Core_Memory)"
+            )
+        if task_cgroup and not yes("ConstrainRAMSpace"):
+            problems.append(
+                "ConstrainRAMSpace is off, so a job may use more memory than its --mem "
+                "(cgroup.conf: ConstrainRAMSpace=yes)"
+            )
+    return problems

@@ -766,16 +766,19 @@ def _slurm_settings(
     from scalelab.commands.doctor_slurm import job_partitions
 
     traits = spawner_class.class_traits()
+    profiles = list(_get(spawner, "profiles", traits["profiles"].default()))
     return {
         "exec_prefix": str(_get(spawner, "exec_prefix", traits["exec_prefix"].default_value)),
         "args": list(_get(spawner, "args", [])),
         "environment": {k: str(v) for k, v in dict(_get(spawner, "environment", {})).items()},
         "partitions": job_partitions(
-            list(_get(spawner, "profiles", traits["profiles"].default())),
+            profiles,
             dict(_get(spawner, "slurm_profiles", {})),
             str(_get(spawner, "slurm_partition", "")),
         ),
         "student": min(allowed_users or [""]),
+        "memory_limits": bool(_get(spawner, "mem_limit", None))
+        or any(p.get("mem_limit") for p in profiles),
     }
 
 

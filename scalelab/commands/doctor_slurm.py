@@ -3,9 +3,10 @@
 Slurm's client commands on the hub's ``PATH``, Slurm's controller answering (``scontrol ping``,
 with the ``SLURM_CONF`` the spawner's ``environment`` gives), each partition the profiles' jobs
 go to (up, and with ``gpu`` GRES where a GPU profile's jobs go: ``sinfo``), and the way jobs are
-submitted (the hub's own start-up check: sudo installed, no root servers by accident), and
-that ``exec_prefix`` tried as a student (each command's ``--version`` through it). Each looks
-only; none submits a job.
+submitted (the hub's own start-up check: sudo installed, no root servers by accident), that
+``exec_prefix`` tried as a student (each command's ``--version`` through it), and that Slurm's
+cgroups hold each job to its memory, its GPUs and its processes (``scontrol show config``).
+Each looks only; none submits a job.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scalelab.commands.doctor_report import FAIL, OK, WARN, Check
+from scalelab.spawner.slurm_jobs import cgroup_problems, parse_show_config
 
 #: The commands the spawner runs; ``sacct`` only to tell how a job ended.
 NEEDED = ("sbatch", "squeue", "scancel", "scontrol")
@@ -87,6 +89,24 @@ def check_slurm_controller(env: Mapping[str, str]) -> Check:
     if out.returncode != 0 or " is UP" not in said:
         return Check("Slurm controller", FAIL, f"scontrol ping{where}: {said}", fix)
     return Check("Slurm controller", OK, f"{said}{where}")
+
+
+def check_slurm_cgroups(env: Mapping[str, str], *, gpus: bool, memory: bool) -> Check:
+    """Slurm's configuration confines each job (:func:`~scalelab.spawner.slurm_jobs.
+    cgroup_problems`): to its GPUs where a profile has GPUs, to its ``--mem`` where servers have
+    memory limits, and its processes to its end. A warning (jobs still run) naming each
+    setting."""
+    name = "Slurm confinement"
+    fix = "Set them on the cluster (slurm.conf, cgroup.conf); see docs/operators-guide.md, Slurm."
+    out = _ask_slurm(["scontrol", "show", "config"], env)
+    if isinstance(out, str) or out.returncode != 0:
+        said = out if isinstance(out, str) else (out.stderr.strip().splitlines() or ["?"])[-1]
+        return Check(name, WARN, f"scontrol show config: {said}", fix)
+    problems = cgroup_problems(parse_show_config(out.stdout), gpus=gpus, memory=memory)
+    if problems:
+        return Check(name, WARN, "; ".join(problems), fix)
+    held = ["processes"] + (["GPUs"] if gpus else []) + (["memory"] if memory else [])
+    return Check(name, OK, f"each job held to its own {', '.join(held)} (task/cgroup)")
 
 
 def job_partitions(
@@ -225,17 +245,21 @@ def slurm_checks(
     env: Mapping[str, str],
     partitions: Mapping[str, bool] | None = None,
     student: str = "",
+    memory_limits: bool = False,
 ) -> list[Check]:
     """Every Slurm check; ``environment`` is the spawner's (its ``SLURM_CONF`` wins over
     ``env``'s, as in the jobs' commands); ``partitions`` from :func:`job_partitions` (None: the
     default partition, for CPU jobs); ``student``, whom the ``exec_prefix`` is tried as (empty:
-    a warning). Never raises."""
+    a warning); ``memory_limits``: whether servers have memory limits (``mem_limit``, a
+    profile's). Never raises."""
     slurm_env = {**env, **{k: v for k, v in environment.items() if k == "SLURM_CONF"}}
     commands = check_slurm_commands(slurm_env)
     controller = check_slurm_controller(slurm_env)
     checks = [commands, controller]
     if commands.status != FAIL and controller.status != FAIL:  # else sinfo says nothing new
         checks.append(check_partitions(partitions or {"": False}, slurm_env))
+        gpus = any((partitions or {}).values())
+        checks.append(check_slurm_cgroups(slurm_env, gpus=gpus, memory=memory_limits))
     submission = check_submission(exec_prefix, args)
     checks.append(submission)
     if exec_prefix.split() and submission.status != FAIL and commands.status != FAIL:

@@ -2,12 +2,16 @@
 
 Debian 12's ``slurm-wlm`` (22.05) runs several slurmd on one host (``slurmd -N <node>``, each
 node with its own ``Port``), so no network namespace is needed: nodes ``n1`` and ``n2`` both
-have ``NodeAddr=127.0.0.1``, and 4 CPUs each (``config_overrides``: more than this host has,
-so that CPU-only servers fit beside the four GPU ones). Their GPUs are Slurm GRES on character
-device nodes made with ``mknod`` in the cluster's folder (195,0..3: NVIDIA's major number;
-nothing opens them), so Slurm hands out real GRES indices and sets each job's
-``CUDA_VISIBLE_DEVICES``. MUNGE runs with
-its own key and socket in the folder; nothing under /etc is touched. Needs root (slurmd, mknod).
+have ``NodeAddr=127.0.0.1``, and 4 CPUs and 8000 MB each (``config_overrides``: more than this
+host has, so that CPU-only servers fit beside the four GPU ones; a job without ``--mem`` gets
+2000 MB). Their GPUs are Slurm GRES on character device nodes made with ``mknod`` in the
+cluster's folder (195,0..3: NVIDIA's major number, mode 0666 as the driver's are; no driver
+answers, so an open that the job's devices cgroup allows fails with ``ENXIO`` and one it denies
+with ``EPERM``), so Slurm hands out real GRES indices and sets each job's
+``CUDA_VISIBLE_DEVICES``. Jobs are confined as on a course cluster: ``proctrack/cgroup``,
+``task/cgroup``, memory a consumable resource, ``ConstrainRAMSpace`` and ``ConstrainDevices``
+(cgroup v1, which this machine has). MUNGE runs with its own key and socket in the folder;
+nothing under /etc is touched. Needs root (slurmd, mknod, cgroups).
 
 Accounting is real: a MariaDB server of the cluster's own (``mariadb-install-db`` into the
 folder, ``mariadbd`` on a free port of 127.0.0.1, an ``--init-file`` making the ``slurm`` user)
@@ -36,6 +40,12 @@ PARTITION = "gpu"
 DEBIAN_PACKAGES = (
     "slurm-wlm slurmctld slurmd slurm-client slurmdbd munge mariadb-server-core mariadb-client-core"
 )
+#: The cluster's cgroup.conf (beside slurm.conf, where Slurm reads it).
+CGROUP_CONF = """CgroupPlugin=cgroup/v1
+ConstrainRAMSpace=yes
+ConstrainSwapSpace=yes
+ConstrainDevices=yes
+"""
 #: The MariaDB user and database of slurmdbd (``StorageUser``, ``StorageLoc``).
 DB_USER, DB_NAME = "slurm", "slurm_acct_db"
 
@@ -83,7 +93,7 @@ class SlurmTestCluster:
         for i in range(len(NODES) * GPUS_PER_NODE):
             dev = r / "dev" / f"nvidia{i}"
             if not dev.exists():
-                os.mknod(dev, 0o600 | 0o020000, os.makedev(195, i))
+                os.mknod(dev, 0o666 | 0o020000, os.makedev(195, i))
         ctld, node_ports = free_port(), [free_port() for _ in NODES]
         self.db_port, self.dbd_port = free_port(), free_port()
         # slurmdbd reads slurmdbd.conf beside slurm.conf; it must be its user's alone (0600).
@@ -111,8 +121,12 @@ StorageLoc={DB_NAME}
         )
         nodes = "\n".join(
             f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs=4 "
-            f"RealMemory=2000 Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN"
+            f"RealMemory=8000 Gres=gpu:{GPUS_PER_NODE} State=UNKNOWN"
             for n, port in zip(NODES, node_ports, strict=True)
+        )
+        partition = (
+            f"PartitionName={PARTITION} Nodes={','.join(NODES)} Default=YES DefaultTime=60 "
+            "DefMemPerNode=2000 State=UP"
         )
         self.conf.write_text(
             f"""ClusterName=scalelab-tests
@@ -130,25 +144,26 @@ SlurmctldPidFile={r}/run/slurmctld.pid
 SlurmdPidFile={r}/run/slurmd-%n.pid
 SlurmctldLogFile={r}/slurmctld.log
 SlurmdLogFile={r}/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup
 MpiDefault=none
 SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=1
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
+SelectTypeParameters=CR_Core_Memory
 GresTypes=gpu
 ReturnToService=2
 SlurmdParameters=config_overrides
 MinJobAge=600
-KillWait=5
+# Slurm's default: a stopped server's job script gets to remove its runtime folder (EXIT trap)
+KillWait=30
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort={self.dbd_port}
 AccountingStoragePass={r}/run/munge.sock
 {nodes}
-PartitionName={PARTITION} Nodes={",".join(NODES)} Default=YES DefaultTime=60 State=UP
+{partition}
 """
         )
         per_node = "\n".join(
@@ -157,6 +172,9 @@ PartitionName={PARTITION} Nodes={",".join(NODES)} Default=YES DefaultTime=60 Sta
             for k, n in enumerate(NODES)
         )
         (r / "gres.conf").write_text(per_node + "\n")
+        # A course cluster's confinement (the operators' guide's): each job held to its --mem
+        # and to its own GPUs' device files by Slurm's cgroup v1 plugins.
+        (r / "cgroup.conf").write_text(CGROUP_CONF)
 
     def _run(self, *argv: str) -> None:
         subprocess.run(argv, env=self.env, check=True, capture_output=True, timeout=60)

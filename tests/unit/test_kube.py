@@ -1,10 +1,18 @@
-"""The Kubernetes mapping of granted GPUs (pure builders; no cluster here)."""
+"""The Kubernetes mapping of granted GPUs and a server's NetworkPolicy (pure builders; no cluster
+here: tests/integration/kube validates the manifests against Kubernetes' schema)."""
 
 from __future__ import annotations
 
 import pytest
 
-from scalelab.spawner.kube import kube_gpu_settings, node_of, resource_limits, split_secret_env
+from scalelab.spawner.kube import (
+    PRIVATE_RANGES,
+    kube_gpu_settings,
+    network_policy,
+    node_of,
+    resource_limits,
+    split_secret_env,
+)
 
 
 def test_count_mode_asks_the_device_plugin_for_as_many_gpus_as_granted():
@@ -71,3 +79,41 @@ def test_credentials_leave_the_environment_for_a_secret():
     }
     assert list(plain) == list(env)  # the order is kept
     assert "t0k3n" not in repr(plain)
+
+
+POD = {"hub.jupyter.org/username": "alice", "hub.jupyter.org/servername": ""}
+
+
+def test_a_servers_network_policy_lets_in_the_proxy_and_hub_on_its_port_only():
+    policy = network_policy("jupyter-alice-scalelab", POD, 8888, hub_labels={"component": "hub"},
+                            hub_port=8081)  # fmt: skip
+    spec = policy["spec"]
+    assert spec["podSelector"] == {"matchLabels": POD}
+    assert spec["policyTypes"] == ["Ingress", "Egress"]  # both closed but for the rules below
+    (ingress,) = spec["ingress"]
+    assert ingress["ports"] == [{"port": 8888, "protocol": "TCP"}]
+    peers = ingress["from"]
+    assert peers == [
+        {"podSelector": {"matchLabels": {"hub.jupyter.org/network-access-singleuser": "true"}}}
+    ]
+    to_hub, dns, public = spec["egress"]
+    assert to_hub["to"] == [{"podSelector": {"matchLabels": {"component": "hub"}}}]
+    assert to_hub["ports"] == [{"port": 8081, "protocol": "TCP"}]
+    assert {(p["port"], p["protocol"]) for p in dns["ports"]} == {(53, "UDP"), (53, "TCP")}
+    block = public["to"][0]["ipBlock"]
+    assert block["cidr"] == "0.0.0.0/0" and block["except"] == list(PRIVATE_RANGES)
+    assert "169.254.169.254/32" in block["except"]  # the cloud metadata server
+
+
+def test_public_egress_off_and_the_operators_own_rules():
+    hdfs = {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}], "ports": [{"port": 8020}]}
+    policy = network_policy("p", POD, 8888, hub_labels={"component": "hub"}, hub_port=8081,
+                            public_egress=False, egress=[hdfs])  # fmt: skip
+    rules = policy["spec"]["egress"]
+    assert len(rules) == 3 and rules[-1] == hdfs  # hub, DNS, HDFS: no public addresses
+    assert not any("ipBlock" in peer for rule in rules[:2] for peer in rule.get("to", []))
+    with pytest.raises(ValueError, match="'to' and 'ports'"):
+        network_policy("p", POD, 8888, hub_labels={}, hub_port=8081, egress=[{"from": []}])
+    for bad in (0, 65536):
+        with pytest.raises(ValueError, match="not a TCP port"):
+            network_policy("p", POD, bad, hub_labels={}, hub_port=8081)

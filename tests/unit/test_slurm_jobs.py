@@ -10,7 +10,9 @@ import pytest
 
 from scalelab.spawner.slurm import insert_directives
 from scalelab.spawner.slurm_jobs import (
+    MIB,
     SlurmJob,
+    cgroup_problems,
     describe_end,
     expand_indices,
     expand_nodes,
@@ -21,6 +23,7 @@ from scalelab.spawner.slurm_jobs import (
     node_gpus,
     parse_job,
     parse_sacct,
+    parse_show_config,
     queue_place,
     sbatch_directives,
     submission_problem,
@@ -117,6 +120,16 @@ def test_directives_of_a_profile():
         "--account=dl",
         "--constraint=h100",
     ]
+    # a profile's limits: memory in whole MiB (rounded up), whole CPUs (rounded up)
+    assert sbatch_directives(0, memory=1024**3, cpus=1.5) == [
+        "--no-requeue",
+        "--mem=1024M",
+        "--cpus-per-task=2",
+    ]
+    assert sbatch_directives(0, memory=512 * MIB + 1)[1] == "--mem=513M"
+    for bad in ({"memory": 0}, {"cpus": 0.0}, {"cpus": -1.0}):
+        with pytest.raises(ValueError, match="cannot be limited"):
+            sbatch_directives(0, **bad)
     with pytest.raises(ValueError, match="white space"):
         sbatch_directives(1, partition="gpu long")
     with pytest.raises(ValueError, match="newline"):
@@ -198,3 +211,27 @@ def test_the_hub_refuses_to_start_on_a_slurm_configuration_that_cannot_submit(mo
         validate_spawner_config(c, slurm.ScaleLabSlurmSpawner)
     c.ScaleLabSlurmSpawner.args = ["--allow-root"]
     validate_spawner_config(c, slurm.ScaleLabSlurmSpawner)
+
+
+def test_cgroup_confinement_read_from_slurms_configuration():
+    """The test cluster's configuration (as a course cluster's): nothing left unconfined; each
+    setting turned off in turn is named with its fix."""
+    config = parse_show_config(_read("scontrol_config.txt"))
+    assert config["TaskPlugin"] == "task/cgroup" and config["ConstrainRAMSpace"] == "yes"
+    assert cgroup_problems(config, gpus=True, memory=True) == []
+    off = {
+        "ConstrainDevices": ("no", "every GPU of its node", "ConstrainDevices=yes"),
+        "ConstrainRAMSpace": ("no", "more memory than its --mem", "ConstrainRAMSpace=yes"),
+        "SelectTypeParameters": ("CR_CORE", "--mem reserves nothing", "CR_Core_Memory"),
+        "ProctrackType": ("proctrack/linuxproc", "outlive its job", "proctrack/cgroup"),
+    }
+    for key, (value, harm, fix) in off.items():
+        (problem,) = cgroup_problems({**config, key: value}, gpus=True, memory=True)
+        assert harm in problem and fix in problem, problem
+    # what a course does not use is not asked for
+    assert cgroup_problems({**config, "ConstrainDevices": "no"}, gpus=False, memory=True) == []
+    assert cgroup_problems({**config, "ConstrainRAMSpace": "no"}, gpus=True, memory=False) == []
+    # no task/cgroup: one problem for it (its Constrain* settings would do nothing)
+    problems = cgroup_problems({**config, "TaskPlugin": "task/affinity"}, gpus=True, memory=True)
+    assert len(problems) == 1 and "TaskPlugin=task/cgroup" in problems[0], problems
+    assert len(cgroup_problems({}, gpus=True, memory=True)) == 3  # task, proctrack, select

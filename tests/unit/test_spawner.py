@@ -211,7 +211,9 @@ def test_another_backend_with_the_course_layer_starts_a_course_server():
     assert env["JUPYTER_PATH"].split(os.pathsep)[0] == "/opt/scalelab/share/jupyter"
     assert "SCALELAB_LOG_DIR" not in env  # a local-process concern
     ours = server_args(spark_kernel_idle_timeout=3600)  # idle PySpark kernels: an hour
-    assert spawner.get_args()[-len(ours) :] == ours
+    args = spawner.get_args()
+    assert args[-len(ours) - 1 : -1] == ours
+    assert args[-1] == "--KernelManager.transport=ipc"  # kernels on Unix sockets, any backend
     assert spawner.default_url == "/lab"
 
 

@@ -39,7 +39,7 @@ FOUR = [{"uuid": f"GPU-node{n // 2}-{n % 2}"} for n in range(4)]
 NODES = {"gpu-node-0": ["GPU-node0-0", "GPU-node0-1"], "gpu-node-1": ["GPU-node1-0", "GPU-node1-1"]}
 PROFILES = [
     {"slug": "cpu", "display_name": "CPU only", "default": True},
-    {"slug": "gpu-1", "display_name": "1 GPU", "gpus": 1},
+    {"slug": "gpu-1", "display_name": "1 GPU", "gpus": 1, "mem_limit": "8G", "cpu_limit": 2},
     {"slug": "gpu-2", "display_name": "2 GPUs", "gpus": 2, "groups": ["research"]},
 ]
 STUDENT_KEY = {"key": "AKIA-alice-own-key", "secret": "alice-own-secret-value"}
@@ -151,11 +151,33 @@ async def test_pod_and_secret_manifests_of_each_profile_are_valid_kubernetes(
     spawner.api_token = HUB_TOKEN
     try:
         pod, secret = await built(spawner, {"profile": profile})
+        policy = spawner.get_network_policy_manifest()
     finally:
         await spawner.api.api_client.close()
     kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
     kubernetes_validate.validate(secret, K8S_VERSION, strict=True)
+    kubernetes_validate.validate(policy, K8S_VERSION, strict=True)
     container = pod["spec"]["containers"][0]
+    # The server's NetworkPolicy selects its pod alone: in, the proxy and hub on its port only.
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= pod["metadata"]["labels"].items()
+    assert selector["hub.jupyter.org/username"] == "alice" and "component" in selector
+    (ingress,) = policy["spec"]["ingress"]
+    assert ingress["ports"] == [{"port": spawner.port, "protocol": "TCP"}]
+    assert ingress["from"] == [
+        {"podSelector": {"matchLabels": {"hub.jupyter.org/network-access-singleuser": "true"}}}
+    ]
+    # out: the hub's API, DNS, public addresses but no private range (no other student's pod)
+    to_hub, dns, public = policy["spec"]["egress"]
+    assert to_hub["ports"] == [{"port": 8081, "protocol": "TCP"}]
+    assert {p["port"] for p in dns["ports"]} == {53} and "to" not in dns
+    assert "10.0.0.0/8" in public["to"][0]["ipBlock"]["except"]
+    # The profile's limits (ScaleLab's profiles, not KubeSpawner's profile_list) on the pod.
+    limits = container["resources"].get("limits", {})
+    if profile == "gpu-1":
+        assert (int(limits["memory"]), float(limits["cpu"])) == (8 * 1024**3, 2.0), limits
+    else:
+        assert "memory" not in limits and "cpu" not in limits
     env = env_of(pod)
     granted = list(spawner.gpu_uuids)
     assert len(granted) == gpus
@@ -216,6 +238,7 @@ async def test_profile_overrides_set_kubespawner_settings_per_profile(tmp_path: 
         await spawner.api.api_client.close()
     container = pod["spec"]["containers"][0]
     assert container["image"] == "quay.io/jupyterhub/singleuser:latest"
+    # (regression: undoing the override put back the gpu-1 profile's own 8G limit on this start)
     assert "memory" not in (container["resources"].get("limits") or {})
 
 
@@ -299,6 +322,7 @@ class FakeKubeAPI:
         self.gpu_capacity = gpu_capacity
         self.pods: dict[str, dict] = {}
         self.secrets: dict[str, dict] = {}
+        self.policies: dict[str, dict] = {}
         self.calls: list[tuple[str, str]] = []
         self._ips = itertools.count(10)
 
@@ -331,6 +355,16 @@ class FakeKubeAPI:
         secret = as_json(body)
         self.calls.append(("create secret", secret["metadata"]["name"]))
         self.secrets[secret["metadata"]["name"]] = secret
+
+    async def create_namespaced_network_policy(self, namespace: str, body: Any) -> None:
+        """NetworkingV1Api's (ScaleLabKubeSpawner.networking_api)."""
+        self.calls.append(("create networkpolicy", body["metadata"]["name"]))
+        if body["metadata"]["name"] in self.policies:
+            raise ApiException(status=409, reason="AlreadyExists")
+        self.policies[body["metadata"]["name"]] = body
+
+    async def delete_namespaced_network_policy(self, name: str, namespace: str, **_: Any):
+        await self._delete("networkpolicy", self.policies, name, name)
 
     async def _delete(self, kind: str, store: dict, key: str, name: str) -> None:
         self.calls.append((f"delete {kind}", name))
@@ -372,6 +406,7 @@ async def fake_cluster(
 def on_fake(api: FakeKubeAPI, config: Config, name: str) -> ScaleLabKubeSpawner:
     spawner = ScaleLabKubeSpawner(config=config, user=user(name), _mock=True)
     spawner.api = api  # the fake, in place of the real client KubeSpawner made
+    spawner.networking_api = api  # and of its NetworkingV1Api client
     spawner.api_token = f"token-of-{name}"
     return spawner
 
@@ -412,11 +447,18 @@ async def test_a_fifth_gpu_student_queues_before_any_pod_and_starts_when_a_gpu_f
     freed = spawners["ben"].gpu_uuids
     await spawners["ben"].stop()
     assert "default/jupyter-ben" not in api.pods and "jupyter-ben-scalelab" not in api.secrets
+    assert "jupyter-ben-scalelab" not in api.policies
     assert (await asyncio.wait_for(starts["eve"], 30)).startswith("http://10.0.0.")
     assert spawners["eve"].gpu_uuids == freed
     assert api.pods["default/jupyter-eve"]["status"]["phase"] == "Running"
     eve_calls = [c for c in api.calls if "jupyter-eve" in c[1] and c[0].startswith("create")]
-    assert eve_calls == [("create secret", "jupyter-eve-scalelab"), ("create pod", "jupyter-eve")]
+    assert eve_calls == [
+        ("create secret", "jupyter-eve-scalelab"),
+        ("create networkpolicy", "jupyter-eve-scalelab"),
+        ("create pod", "jupyter-eve"),
+    ]
+    # each running server has its own policy; ben's went with his pod
+    assert sorted(api.policies) == [f"jupyter-{n}-scalelab" for n in ("ann", "cat", "dan", "eve")]
 
 
 @pytest.mark.asyncio

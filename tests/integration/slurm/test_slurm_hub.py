@@ -188,8 +188,11 @@ def test_four_gpus_on_two_nodes_a_queue_in_the_browser_and_a_time_limit_told(
         slurm = server["state"]["slurm"]
         env = _server_env(user)
         assert env["SLURM_JOB_ID"] == slurm["job_id"]
-        assert env["CUDA_VISIBLE_DEVICES"] == str(slurm["gpus"][0])  # Slurm's, not the hub's
-        held[user] = (slurm["node"], env["CUDA_VISIBLE_DEVICES"])
+        # Slurm's GPU, not the hub's: its index on the node, and the only device the job sees
+        # (ConstrainDevices), so CUDA numbers it 0
+        assert env["SLURM_JOB_GPUS"] == str(slurm["gpus"][0])
+        assert env["CUDA_VISIBLE_DEVICES"] == "0"
+        held[user] = (slurm["node"], env["SLURM_JOB_GPUS"])
         assert server["state"]["scalelab"]["gpus"] == [f"{slurm['node']}/gpu{slurm['gpus'][0]}"]
     assert sorted(held.values()) == [("n1", "0"), ("n1", "1"), ("n2", "0"), ("n2", "1")]
 
@@ -487,6 +490,9 @@ def test_scalelab_doctor_checks_slurm_on_a_slurm_configuration(
     # the default profiles' jobs (GPU ones among them) go to the default partition: up, GRES
     assert "[ ok ] Slurm partitions: the default partition ('gpu') is up (gpu:2)" in lines, out
     assert f"[ ok ] Homes: {state / 'homes'}" in out  # c.ScaleLabSlurmSpawner.home_root
+    # the test cluster confines jobs as a course cluster does (tests/support/slurmcluster.py)
+    held = "[ ok ] Slurm confinement: each job held to its own processes, GPUs (task/cgroup)"
+    assert held in lines, out
 
     # the controller's port wrong in the hub's slurm.conf: a failure naming the file and the fix
     wrong = tmp_path / "slurm-wrong.conf"
@@ -511,9 +517,11 @@ def test_scalelab_doctor_checks_slurm_on_a_slurm_configuration(
         slurm_config(slurm_cluster, state)
         + "c.ScaleLabSlurmSpawner.args = ['--debug']\n"
         + "c.ScaleLabSlurmSpawner.slurm_profiles = {'gpu-1': {'partition': 'h100'}}\n"
+        + "c.ScaleLabSlurmSpawner.mem_limit = '2G'\n"
     )
     code, out = _doctor(config, tmp_path / "doctor-state")
     assert code == 1
+    assert "Slurm confinement: each job held to its own processes, GPUs, memory" in out, out
     assert "[FAIL] Slurm partitions: partition 'h100' does not exist" in out, out
     assert "sinfo lists the cluster's partitions and their GRES" in out
     assert (

@@ -9,6 +9,8 @@ makes the accounts and the rule, and removes them at the end)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import pwd
 import shutil
@@ -19,14 +21,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 import requests
 
 from scalelab.commands.identity import blocked_for_others, install_paths
 from scalelab.common.ports import free_port
 from tests.integration.slurm.test_slurm_hub import gone, ready, server_process, slurm_config
-from tests.support.hubproc import PlainHub, progress_events
-from tests.support.slurmcluster import PARTITION, SlurmTestCluster
+from tests.support.hubproc import PlainHub, execute, progress_events
+from tests.support.slurmcluster import GPUS_PER_NODE, NODES, PARTITION, SlurmTestCluster
 
 #: The hub's own user, and the students' cluster accounts (JupyterHub's names are the same).
 HUB_USER = "slt-hub"
@@ -37,6 +40,15 @@ HOMELESS = "slt-gail"
 #: the server fails after its job started.
 STORELESS = "slt-hal"
 SLURM_COMMANDS = ("sbatch", "squeue", "scancel")
+#: The course's profiles here: a CPU one with the limits a course gives (Slurm's --mem and
+#: --cpus-per-task), and one GPU.
+PROFILES = (
+    "c.ScaleLabSlurmSpawner.profiles = [\n"
+    "    {'slug': 'cpu', 'display_name': 'CPU only', 'default': True, 'mem_limit': '1G',"
+    " 'cpu_limit': 1},\n"
+    "    {'slug': 'gpu-1', 'display_name': '1 GPU', 'gpus': 1},\n"
+    "]\n"
+)
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="makes system users and a sudoers rule: root"),
@@ -105,7 +117,7 @@ def hub(slurm_cluster: SlurmTestCluster, accounts: Path) -> Iterator[PlainHub]:
     state.mkdir(mode=0o755)
     # the guide's prefix (batchspawner's default) and no --allow-root; homes and store where
     # the students' accounts have theirs
-    config = slurm_config(slurm_cluster, state, root_jobs=False, shared=accounts)
+    config = slurm_config(slurm_cluster, state, PROFILES, root_jobs=False, shared=accounts)
     assert "exec_prefix" not in config and "allow-root" not in config
     plain = PlainHub(state, config)
     for path in (state, *state.rglob("*")):
@@ -240,3 +252,158 @@ def test_scalelab_doctor_run_as_the_hubs_user_tries_the_prefix_as_a_student(
     assert line.startswith(f"[FAIL] Slurm jobs as a student: {HUB_USER} ran sudo -n -E -u root ")
     assert line.endswith(": exit 1: sudo: a password is required"), line  # sudo's own words
     assert f"{HUB_USER} ALL=(%students) NOPASSWD:SETENV:" in out
+
+
+#: Run in a student's kernel: its job's memory limit (the job's memory cgroup), what opening
+#: each of ``devices`` gives (the job's devices cgroup: ``EPERM`` denied; ``ENXIO`` allowed, no
+#: driver here), and what the other student's kernel sockets and their folder give.
+PROBE = """
+import errno, json, os, pathlib, socket
+params = json.loads({params!r})
+
+def tried(do, path):
+    try:
+        do(path)
+        return "done"
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+
+def opened(path):
+    os.close(os.open(path, os.O_RDONLY))
+
+def connect(path):
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(path)
+
+memory = next(l.split(":", 2)[2].strip() for l in open("/proc/self/cgroup") if ":memory:" in l)
+job = pathlib.Path("/sys/fs/cgroup/memory" + memory)
+while not job.name.startswith("job_"):
+    job = job.parent
+print(json.dumps({{
+    "memory_limit": int((job / "memory.limit_in_bytes").read_text()),
+    "devices": {{d: tried(opened, d) for d in params["devices"]}},
+    "sockets": {{p: tried(connect, p) for p in params["sockets"]}},
+    "listed": tried(os.listdir, params["runtime"]),
+}}))
+"""
+
+
+#: Run in a student's kernel: a process in a session of its own (``setsid``), which must not
+#: outlive the job.
+SURVIVOR = "import subprocess\nsubprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+
+
+def _kernel(hub: PlainHub, student: str) -> tuple[str, dict, Path]:
+    """A new kernel of ``student``'s server: its id, its connection file's content and path
+    (read as root from the kernel's command line)."""
+    url = f"{hub.url}/user/{student}/api/kernels"
+    headers = {"Authorization": f"token {hub.token}"}
+    made = requests.post(url, headers=headers, json={}, timeout=120)
+    assert made.status_code == 201, made.text
+    kernel_id = made.json()["id"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for proc in server_process(student).children(recursive=True):
+            argv = proc.cmdline()
+            if "-f" in argv and kernel_id in argv[argv.index("-f") + 1]:
+                path = Path(argv[argv.index("-f") + 1])
+                return kernel_id, json.loads(path.read_text()), path
+        time.sleep(0.5)
+    raise AssertionError(f"no kernel {kernel_id} under {student}'s server")
+
+
+def _probe(
+    hub: PlainHub,
+    student: str,
+    kernel_id: str,
+    devices: list[str],
+    sockets: list[str],
+    runtime: Path,
+) -> dict:
+    """:data:`PROBE`'s findings in ``student``'s kernel."""
+    params = json.dumps({"devices": devices, "sockets": sockets, "runtime": str(runtime)})
+    out = asyncio.run(execute(hub, student, kernel_id, PROBE.format(params=params)))
+    assert out["error"] is None and out["stdout"], out
+    return json.loads(out["stdout"].splitlines()[-1])  # after the kernel's banner
+
+
+def _node_devices(cluster: SlurmTestCluster, job_id: str) -> list[str]:
+    """The GPU device files of the node ``job_id`` runs on (the test cluster's ``mknod``s)."""
+    node = cluster.command("squeue", "-h", "-j", job_id, "-o", "%N").strip()
+    first = NODES.index(node) * GPUS_PER_NODE
+    return [str(cluster.root / "dev" / f"nvidia{i}") for i in range(first, first + GPUS_PER_NODE)]
+
+
+def test_two_students_jobs_are_held_to_their_limits_and_gpus_and_closed_to_each_other(
+    hub: PlainHub, slurm_cluster: SlurmTestCluster
+):
+    """Issue 31, Slurm: the profile's limits and GPUs enforced by Slurm's cgroups
+    (ConstrainRAMSpace, ConstrainDevices), the kernels' channels in a folder of each job's own,
+    and a process started in a new session ended with the job (proctrack/cgroup). Both nodes
+    of the test cluster are this one host: the students' jobs share its /tmp and loopback as
+    two jobs on one node do."""
+    erin, finn = STUDENTS
+    for student, profile in ((erin, "cpu"), (finn, "gpu-1")):
+        if hub.api("GET", f"/users/{student}").status_code == 404:
+            assert hub.api("POST", f"/users/{student}").status_code == 201
+        started = hub.api(
+            "POST", f"/users/{student}/server", json={"user_options": {"profile": profile}}
+        )
+        assert started.status_code in (201, 202), started.text
+    for student in (erin, finn):
+        ready(hub, student)
+    (erin_job,) = _jobs_of(slurm_cluster, erin)
+    (finn_job,) = _jobs_of(slurm_cluster, finn)
+    shown = slurm_cluster.command("scontrol", "show", "job", "-o", erin_job)
+    assert "MinMemoryNode=1G" in shown and "NumCPUs=1" in shown, shown
+
+    # Erin's kernel talks to her server over Unix sockets in a folder of her job's own on the
+    # node: 0700, hers, not in her home on the shared file system.
+    erin_kernel, connection, connection_file = _kernel(hub, erin)
+    runtime = connection_file.parent
+    assert connection["transport"] == "ipc", connection
+    assert Path(connection["ip"]).parent == runtime
+    info = runtime.stat()
+    assert (info.st_mode & 0o777, info.st_uid) == (0o700, pwd.getpwnam(erin).pw_uid)
+    assert runtime.parent == Path("/tmp") and runtime.name.startswith("scalelab-runtime-")
+    # ZeroMQ's ipc endpoints: <ip>-<port> (this machine's sandboxed kernel does not list bound
+    # sockets in their folder; Erin's own kernel connecting to each below shows they are there)
+    channels = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+    sockets = [f"{connection['ip']}-{connection[channel]}" for channel in channels]
+
+    finn_kernel, _, _ = _kernel(hub, finn)
+    finn_sees = _probe(
+        hub, finn, finn_kernel, _node_devices(slurm_cluster, finn_job), sockets, runtime
+    )
+    # None of Erin's kernel's sockets, nor their folder, is open to Finn.
+    assert set(finn_sees["sockets"].values()) == {"EACCES"}, finn_sees
+    assert finn_sees["listed"] == "EACCES"
+    # Finn's job: the cluster's default memory (DefMemPerNode=2000 MB), one of its node's GPUs.
+    assert finn_sees["memory_limit"] == 2000 * 1024 * 1024
+    assert sorted(finn_sees["devices"].values()) == ["ENXIO", "EPERM"], finn_sees
+
+    erin_sees = _probe(
+        hub, erin, erin_kernel, _node_devices(slurm_cluster, erin_job), sockets, runtime
+    )
+    # and a process in a session of its own, which must end with the job
+    started = asyncio.run(execute(hub, erin, erin_kernel, SURVIVOR))
+    assert started["error"] is None, started
+    assert erin_sees["memory_limit"] == 1024**3  # the profile's mem_limit, held by Slurm
+    assert set(erin_sees["devices"].values()) == {"EPERM"}, erin_sees  # a CPU job: no GPU
+    # her own folder and sockets are open to her
+    assert erin_sees["listed"] == "done"
+    assert set(erin_sees["sockets"].values()) == {"done"}, erin_sees
+    uid = pwd.getpwnam(erin).pw_uid
+    sleeper = next(
+        p for p in psutil.process_iter(["cmdline", "uids"])
+        if p.info["cmdline"] == ["sleep", "600"] and p.info["uids"].real == uid
+    )  # fmt: skip
+
+    for student in (erin, finn):
+        assert hub.api("DELETE", f"/users/{student}/server").status_code in (202, 204)
+    for student in (erin, finn):
+        gone(hub, student)
+    deadline = time.monotonic() + 60
+    while sleeper.is_running() or runtime.exists():
+        assert time.monotonic() < deadline, (sleeper, list(runtime.glob("*")))
+        time.sleep(0.5)
