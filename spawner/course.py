@@ -29,6 +29,9 @@ from scalelab.spawner.store_identity import (
     leaked_credentials,
 )
 
+#: jupyter-server-proxy's server extension (its generic ``proxy/<port>`` route).
+SERVER_PROXY = "jupyter_server_proxy"
+
 
 class CourseSpawnerMixin(GPUSpawnerMixin):
     """Course store, Spark, kernels, Livy and GPUs for any JupyterHub spawner class.
@@ -278,11 +281,23 @@ class CourseSpawnerMixin(GPUSpawnerMixin):
         self._refuse_hub_credential(env)
         return env
 
+    def own_network(self) -> bool:
+        """Whether this server has a network namespace of its own, which no other student's
+        server shares (a pod; a local server in its sandbox). Here: no (a Slurm job shares its
+        node's)."""
+        return False
+
     def get_args(self) -> list[str]:
         """The backend's server arguments, plus ScaleLab's kernel allow-list (the launcher shows
         ScaleLab's kernels only; the PySpark one is the default), the culling of idle PySpark
         kernels (``spark_kernel_idle_timeout``) and the kernels' transport
-        (``kernel_transport``)."""
+        (``kernel_transport``). Without a network of its own (:meth:`own_network`) the
+        server's jupyter-server-proxy extension is off: its ``proxy/<port>`` route would carry
+        the student's requests, cookies included, to whatever listens on that port of a
+        loopback other students share (ScaleLab's own ``sparkui/<port>`` route reaches only
+        the server's own kernels' Spark UIs)."""
         culling = server_args(spark_kernel_idle_timeout=self.spark_kernel_idle_timeout)
-        transport = f"--KernelManager.transport={self.kernel_transport.lower()}"
-        return [*super().get_args(), *culling, transport]
+        args = [*super().get_args(), *culling]
+        if not self.own_network():
+            args.append(f"--ServerApp.jpserver_extensions={SERVER_PROXY}=False")
+        return [*args, f"--KernelManager.transport={self.kernel_transport.lower()}"]

@@ -215,6 +215,10 @@ class ScaleLabKubeSpawner(CourseSpawnerMixin, KubeSpawner):
             string_data=data,
         )
 
+    def own_network(self) -> bool:
+        """A pod has a network namespace of its own."""
+        return True
+
     def get_network_policy_manifest(self) -> dict[str, Any]:
         """This server's NetworkPolicy (:func:`~scalelab.spawner.kube.network_policy`),
         named as its Secret (:attr:`store_secret_name`).

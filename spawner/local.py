@@ -314,6 +314,10 @@ class ScaleLabSpawner(
             env[envvars.LOG_DIR] = str(server_log_path(self.server_log_dir, self.user.name).parent)
         return env
 
+    def own_network(self) -> bool:
+        """Whether this start has its sandbox (a network namespace of its own)."""
+        return self.sandbox_link is not None
+
     def get_args(self):
         args = super().get_args()
         if self._as_hub_user and os.geteuid() == 0:

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -85,6 +87,7 @@ class SlurmTestCluster:
         self._procs: list[subprocess.Popen] = []
         self._logs: list = []
         self._pids: list[Path] = []
+        self._t0 = time.time()
 
     def _write_config(self) -> None:
         r = self.root
@@ -181,6 +184,7 @@ AccountingStoragePass={r}/run/munge.sock
 
     def start(self, timeout_s: float = 60) -> None:
         """Write the configuration, start the daemons and wait until both nodes are idle."""
+        self._t0 = time.time()
         self._write_config()
         r = self.root
         key = r / "munge.key"
@@ -297,6 +301,18 @@ AccountingStoragePass={r}/run/munge.sock
                 proc.wait(timeout=10)
         for log in self._logs:
             log.close()
+        self._remove_runtime_folders()
+
+    def _remove_runtime_folders(self) -> None:
+        """The servers' runtime folders its jobs made in /tmp (``mktemp -d``:
+        ``scalelab-runtime-XXXXXX``, see ``scalelab.spawner.slurm.RUNTIME_ON_NODE``) that a job
+        killed outright (by :meth:`stop`, or a job of a test that ended with its hub) left: only
+        the Slurm tests make folders of that pattern, and only those made while this cluster
+        ran."""
+        for folder in Path(tempfile.gettempdir()).glob("scalelab-runtime-*"):
+            made = folder.stat().st_mtime
+            if re.fullmatch(r"scalelab-runtime-[A-Za-z0-9]{6}", folder.name) and made >= self._t0:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def _kill_strays(self) -> None:
         """SIGKILL what the daemons left of this cluster's jobs: a job on a node that went down

@@ -212,8 +212,10 @@ def test_another_backend_with_the_course_layer_starts_a_course_server():
     assert "SCALELAB_LOG_DIR" not in env  # a local-process concern
     ours = server_args(spark_kernel_idle_timeout=3600)  # idle PySpark kernels: an hour
     args = spawner.get_args()
-    assert args[-len(ours) - 1 : -1] == ours
+    assert args[-len(ours) - 2 : -2] == ours
     assert args[-1] == "--KernelManager.transport=ipc"  # kernels on Unix sockets, any backend
+    # no network of its own known: jupyter-server-proxy's generic route off
+    assert "--ServerApp.jpserver_extensions=jupyter_server_proxy=False" in args
     assert spawner.default_url == "/lab"
 
 
@@ -270,6 +272,16 @@ def test_kernels_talk_to_their_server_over_unix_sockets_unless_ops_say_tcp(tmp_p
     assert "--KernelManager.transport=ipc" in spawner.get_args()
     spawner.kernel_transport = "TCP"
     assert "--KernelManager.transport=tcp" in spawner.get_args()
+
+
+def test_the_generic_proxy_route_is_off_for_a_server_outside_its_sandbox(tmp_path: Path):
+    """jupyter-server-proxy's ``proxy/<port>`` would carry the student's cookies to any port of
+    a loopback other students share; in a sandbox, the loopback is the server's own."""
+    off = "--ServerApp.jpserver_extensions=jupyter_server_proxy=False"
+    spawner = _spawner(tmp_path, "alice")
+    assert spawner.sandbox_link is None and off in spawner.get_args()
+    spawner.sandbox_link = object()  # what make_sandbox sets (a netns.SandboxLink)
+    assert off not in spawner.get_args()
 
 
 def test_a_runtime_folder_too_long_for_ipc_sockets_is_refused_with_both_ways_out(tmp_path: Path):

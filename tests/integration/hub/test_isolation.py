@@ -149,6 +149,7 @@ print(json.dumps({{"outcome": outcome, "allowed": allowed, "detail": detail, "tm
 #: the profile's, over the spawner's own.
 LIMITS = """
 c.ScaleLabSpawner.mem_limit = "2G"
+c.ScaleLabSpawner.tasks_limit = 1024
 c.ScaleLabSpawner.profiles = [
     {"slug": "cpu", "default": True, "mem_limit": "3G", "cpu_limit": 1.5},
 ]
@@ -505,6 +506,43 @@ print(json.dumps({"daemon": daemon.pid, "cgroup": open("/proc/self/cgroup").read
 """
 
 
+#: Run in alice's kernel: a process-count hog in a process of its own, which starts threads (each
+#: a task of her server's cgroup, as a process is) until the kernel refuses one; prints how
+#: many it got and what stopped it.
+TASK_HOG = """
+import subprocess, sys
+hog = (
+    "import threading\\n"
+    "stop, started = threading.Event(), 0\\n"
+    "try:\\n"
+    "    while started < 5000:\\n"
+    "        threading.Thread(target=stop.wait, daemon=True).start()\\n"
+    "        started += 1\\n"
+    "    print(started, 'no limit')\\n"
+    "except RuntimeError as exc:\\n"
+    "    print(started, exc)\\n"
+    "stop.set()\\n"
+)
+print(subprocess.run([sys.executable, "-c", hog], capture_output=True, text=True).stdout)
+"""
+
+
+@pytest.mark.asyncio
+async def test_a_task_hog_stops_at_the_servers_bound_and_harms_nothing(hub: ScaleLabUp):
+    """A thread (or fork) bomb in alice's kernel stops at her server's `tasks_limit` (1024 here,
+    cgroup pids.max): her kernel, her server and bob's go on."""
+    kernel_id = hub.server_api("alice", "POST", "/kernels", json={}).json()["id"]
+    out = await execute(hub, "alice", kernel_id, TASK_HOG)
+    assert out["error"] is None, out
+    started, _, said = out["stdout"].strip().splitlines()[-1].partition(" ")
+    # the server, its kernels (a Spark JVM among them) and the hog share the 1024
+    assert 0 < int(started) < 1024 and said == "can't start new thread", out
+    again = await execute(hub, "alice", kernel_id, "6 * 7")
+    assert again["result"] == "42", again
+    bob_kernel = hub.server_api("bob", "POST", "/kernels", json={}).json()["id"]
+    assert (await execute(hub, "bob", bob_kernel, "6 * 7"))["result"] == "42"
+
+
 @pytest.mark.asyncio
 async def test_alices_server_is_bounded_and_nothing_of_it_outlives_its_stop(hub: ScaleLabUp):
     """Her profile's limits hold for her server's cgroup. Last in this module: it stops alice's
@@ -522,11 +560,11 @@ async def test_alices_server_is_bounded_and_nothing_of_it_outlives_its_stop(hub:
             "cpu": (folder["cpu"] / "cpu.cfs_quota_us").read_text().strip(),
             "pids": (folder["pids"] / "pids.max").read_text().strip(),
         }
-        assert limits == {"memory": str(3 * 2**30), "cpu": "150000", "pids": "4096"}
+        assert limits == {"memory": str(3 * 2**30), "cpu": "150000", "pids": "1024"}
     else:
         assert (folder["memory"] / "memory.max").read_text().strip() == str(3 * 2**30)
         assert (folder["cpu"] / "cpu.max").read_text().split() == ["150000", "100000"]
-        assert (folder["pids"] / "pids.max").read_text().strip() == "4096"
+        assert (folder["pids"] / "pids.max").read_text().strip() == "1024"
     kernel = hub.server_api("alice", "POST", "/kernels", json={"name": "scalelab-pytorch"})
     out = await execute(hub, "alice", kernel.json()["id"], ESCAPE)
     assert out["error"] is None, out

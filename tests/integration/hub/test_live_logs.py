@@ -93,6 +93,10 @@ async def test_logs_follow_live_and_spark_ui_opens_through_the_hub(tmp_path: Pat
         assert f"{ui.group(2)}static/" in page.text  # links go back through the proxy
         conf = await execute(hub, "bob", kernel_id, "spark.conf.get('spark.ui.proxyBase')")
         assert conf["result"] == f"'/user/bob/sparkui/{ui.group(3)}'"
+        # jupyter-server-proxy's generic route to the same port is off: this server has no
+        # sandbox, and its loopback is every student's (issue 31)
+        generic = requests.get(f"{base}/proxy/{ui.group(3)}/", headers=hub.auth, timeout=60)
+        assert generic.status_code == 404, generic.status_code
 
         logs = requests.get(f"{base}/scalelab/api/logs", headers=hub.auth, timeout=30).json()
         driver = [log["name"] for log in logs["logs"] if log["name"].startswith("spark-driver-")]

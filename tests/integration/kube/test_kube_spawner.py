@@ -214,6 +214,8 @@ async def test_pod_and_secret_manifests_of_each_profile_are_valid_kubernetes(
     assert env["SCALELAB_SPARK_MASTER"] == "local[*]"
     assert container["args"][0] == "jupyterhub-singleuser"
     assert "--MappingKernelManager.default_kernel_name=scalelab-pyspark" in container["args"]
+    # a pod's network is its own: jupyter-server-proxy stays on (it is off on Slurm)
+    assert not any("jupyter_server_proxy" in arg for arg in container["args"])
 
 
 @pytest.mark.asyncio

@@ -354,6 +354,10 @@ def test_two_students_jobs_are_held_to_their_limits_and_gpus_and_closed_to_each_
         ready(hub, student)
     (erin_job,) = _jobs_of(slurm_cluster, erin)
     (finn_job,) = _jobs_of(slurm_cluster, finn)
+    # the node's loopback is both students': jupyter-server-proxy's proxy/<port> is off
+    assert "--ServerApp.jpserver_extensions=jupyter_server_proxy=False" in " ".join(
+        server_process(erin).cmdline()
+    )
     shown = slurm_cluster.command("scontrol", "show", "job", "-o", erin_job)
     assert "MinMemoryNode=1G" in shown and "NumCPUs=1" in shown, shown
 
