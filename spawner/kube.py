@@ -3,7 +3,7 @@
 Two modes: ``"count"`` asks the NVIDIA device plugin for as many ``nvidia.com/gpu``; ``"exact"``
 pins the granted UUIDs on their node (:func:`node_of`) through ``NVIDIA_VISIBLE_DEVICES``.
 :func:`split_secret_env` splits a server's environment into plain variables and a Secret;
-:func:`network_policy` closes a server's pod to all but the proxy and the hub.
+:func:`server_network_policy` closes a server's pod to all but the proxy and the hub.
 Why: docs/design-notes.md, scalelab.spawner.kube.
 """
 
@@ -174,7 +174,7 @@ PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.169.
 DNS_PORTS = ({"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"})
 
 
-def network_policy(
+def server_network_policy(
     name: str,
     pod_labels: Mapping[str, str],
     port: int,

@@ -28,8 +28,8 @@ from scalelab.spawner.course import CourseSpawnerMixin
 from scalelab.spawner.kube import (
     GPU_RESOURCE,
     kube_gpu_settings,
-    network_policy,
     node_of,
+    server_network_policy,
     split_secret_env,
 )
 
@@ -220,7 +220,7 @@ class ScaleLabKubeSpawner(CourseSpawnerMixin, KubeSpawner):
         return True
 
     def get_network_policy_manifest(self) -> dict[str, Any]:
-        """This server's NetworkPolicy (:func:`~scalelab.spawner.kube.network_policy`),
+        """This server's NetworkPolicy (:func:`~scalelab.spawner.kube.server_network_policy`),
         named as its Secret (:attr:`store_secret_name`).
 
         Raises
@@ -234,7 +234,7 @@ class ScaleLabKubeSpawner(CourseSpawnerMixin, KubeSpawner):
             for key in ("hub.jupyter.org/username", "hub.jupyter.org/servername", "component")
         }
         hub_url = self.hub.api_url if self.hub is not None else ""
-        return network_policy(
+        return server_network_policy(
             self.store_secret_name,
             selector,
             self.port,

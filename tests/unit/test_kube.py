@@ -8,9 +8,9 @@ import pytest
 from scalelab.spawner.kube import (
     PRIVATE_RANGES,
     kube_gpu_settings,
-    network_policy,
     node_of,
     resource_limits,
+    server_network_policy,
     split_secret_env,
 )
 
@@ -85,8 +85,10 @@ POD = {"hub.jupyter.org/username": "alice", "hub.jupyter.org/servername": ""}
 
 
 def test_a_servers_network_policy_lets_in_the_proxy_and_hub_on_its_port_only():
-    policy = network_policy("jupyter-alice-scalelab", POD, 8888, hub_labels={"component": "hub"},
-                            hub_port=8081)  # fmt: skip
+    hub = {"component": "hub"}
+    policy = server_network_policy(
+        "jupyter-alice-scalelab", POD, 8888, hub_labels=hub, hub_port=8081
+    )
     spec = policy["spec"]
     assert spec["podSelector"] == {"matchLabels": POD}
     assert spec["policyTypes"] == ["Ingress", "Egress"]  # both closed but for the rules below
@@ -107,13 +109,15 @@ def test_a_servers_network_policy_lets_in_the_proxy_and_hub_on_its_port_only():
 
 def test_public_egress_off_and_the_operators_own_rules():
     hdfs = {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}], "ports": [{"port": 8020}]}
-    policy = network_policy("p", POD, 8888, hub_labels={"component": "hub"}, hub_port=8081,
-                            public_egress=False, egress=[hdfs])  # fmt: skip
+    policy = server_network_policy(
+        "p", POD, 8888, hub_labels={"component": "hub"}, hub_port=8081, public_egress=False,
+        egress=[hdfs],
+    )  # fmt: skip
     rules = policy["spec"]["egress"]
     assert len(rules) == 3 and rules[-1] == hdfs  # hub, DNS, HDFS: no public addresses
     assert not any("ipBlock" in peer for rule in rules[:2] for peer in rule.get("to", []))
     with pytest.raises(ValueError, match="'to' and 'ports'"):
-        network_policy("p", POD, 8888, hub_labels={}, hub_port=8081, egress=[{"from": []}])
+        server_network_policy("p", POD, 8888, hub_labels={}, hub_port=8081, egress=[{"from": []}])
     for bad in (0, 65536):
         with pytest.raises(ValueError, match="not a TCP port"):
-            network_policy("p", POD, bad, hub_labels={}, hub_port=8081)
+            server_network_policy("p", POD, bad, hub_labels={}, hub_port=8081)
