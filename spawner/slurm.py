@@ -103,15 +103,21 @@ class SlurmGPUs(ServerReports):
 
 #: The batch script's lines that give the server a Jupyter runtime folder of the job's own on
 #: its node (``mktemp -d``: 0700, the student's), for the kernels' ``ipc`` sockets: a short
-#: path on a local file system, not the home on the cluster's shared one. ``srun`` passes only
-#: the variables of ``SLURM_EXPORT_ENV`` (sbatch's ``--export``) to the server's step: the
-#: folder's variable is added there. Removed when the job script exits; a job killed outright
-#: leaves an empty folder of the student's in the node's /tmp (Slurm's ``job_container/tmpfs``
-#: gives each job a /tmp that goes with it).
+#: path on a local file system, not the home on the cluster's shared one; and, inside it, the
+#: job's temporary folder (``TMPDIR``, ``SPARK_LOCAL_DIRS``; the Spark driver's
+#: ``java.io.tmpdir`` follows ``TMPDIR``), so that a library's per-user cache under
+#: ``tempfile.gettempdir()`` (``torchinductor_<user>``...) cannot be planted in advance by
+#: another user of the node's /tmp. ``srun`` passes only the variables of ``SLURM_EXPORT_ENV``
+#: (sbatch's ``--export``) to the server's step: these are added there. Removed when the job
+#: script exits; a job killed outright leaves the folder (the student's, 0700) in the node's
+#: /tmp (Slurm's ``job_container/tmpfs`` gives each job a /tmp that goes with it).
 RUNTIME_ON_NODE = (
     'export JUPYTER_RUNTIME_DIR="$(mktemp -d "${TMPDIR:-/tmp}/scalelab-runtime-XXXXXX")"\n'
     "trap 'rm -rf \"$JUPYTER_RUNTIME_DIR\"' EXIT\n"
-    'export SLURM_EXPORT_ENV="${SLURM_EXPORT_ENV:-ALL},JUPYTER_RUNTIME_DIR"\n'
+    'mkdir -m 0700 "$JUPYTER_RUNTIME_DIR/tmp"\n'
+    'export TMPDIR="$JUPYTER_RUNTIME_DIR/tmp" SPARK_LOCAL_DIRS="$JUPYTER_RUNTIME_DIR/tmp"\n'
+    'export SLURM_EXPORT_ENV="${SLURM_EXPORT_ENV:-ALL},JUPYTER_RUNTIME_DIR,TMPDIR,'
+    'SPARK_LOCAL_DIRS"\n'
 )
 
 
@@ -279,9 +285,7 @@ class ScaleLabSlurmSpawner(CourseSpawnerMixin, SlurmSpawner):
         )
 
     async def _get_batch_script(self, **subvars):
-        prologue = subvars.get("prologue", "")
-        if self.kernel_transport.lower() == "ipc":
-            prologue = RUNTIME_ON_NODE + prologue
+        prologue = RUNTIME_ON_NODE + subvars.get("prologue", "")
         if not self.requested_gpus:
             # Slurm leaves CUDA_VISIBLE_DEVICES unset in a job without GPUs (sbatch drops the
             # empty value it was given): the server would see every GPU of its node that the

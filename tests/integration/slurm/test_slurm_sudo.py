@@ -258,7 +258,7 @@ def test_scalelab_doctor_run_as_the_hubs_user_tries_the_prefix_as_a_student(
 #: each of ``devices`` gives (the job's devices cgroup: ``EPERM`` denied; ``ENXIO`` allowed, no
 #: driver here), and what the other student's kernel sockets and their folder give.
 PROBE = """
-import errno, json, os, pathlib, socket
+import errno, json, os, pathlib, socket, tempfile
 params = json.loads({params!r})
 
 def tried(do, path):
@@ -284,6 +284,7 @@ print(json.dumps({{
     "devices": {{d: tried(opened, d) for d in params["devices"]}},
     "sockets": {{p: tried(connect, p) for p in params["sockets"]}},
     "listed": tried(os.listdir, params["runtime"]),
+    "tmp": tempfile.gettempdir(),
 }}))
 """
 
@@ -393,6 +394,8 @@ def test_two_students_jobs_are_held_to_their_limits_and_gpus_and_closed_to_each_
     started = asyncio.run(execute(hub, erin, erin_kernel, SURVIVOR))
     assert started["error"] is None, started
     assert erin_sees["memory_limit"] == 1024**3  # the profile's mem_limit, held by Slurm
+    # her temporary folder (a library's per-user cache in it) is in her job's own folder
+    assert erin_sees["tmp"] == str(runtime / "tmp")
     assert set(erin_sees["devices"].values()) == {"EPERM"}, erin_sees  # a CPU job: no GPU
     # her own folder and sockets are open to her
     assert erin_sees["listed"] == "done"
