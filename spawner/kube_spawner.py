@@ -328,28 +328,30 @@ class ScaleLabKubeSpawner(CourseSpawnerMixin, KubeSpawner):
             self.networking_api = shared_client("NetworkingV1Api")
         return self.networking_api
 
-    async def _network_policy_gone(self, name: str) -> bool:
-        """Delete the NetworkPolicy ``name``; True once it is not there (for
-        ``exponential_backoff``, as KubeSpawner's ``_ensure_not_exists``)."""
-        delete = self._networking().delete_namespaced_network_policy
+    async def _retry_step(self, call: Any, *, success: bool, status: int, then: bool) -> bool:
+        """One try of ``call()`` (within ``k8s_api_request_timeout``) for
+        ``exponential_backoff``: ``success`` when it succeeds, ``then`` when the API answers
+        ``status``; any other API error is raised."""
         try:
-            await asyncio.wait_for(delete(name, self.namespace), self.k8s_api_request_timeout)
+            await asyncio.wait_for(call(), self.k8s_api_request_timeout)
         except ApiException as exc:
-            if exc.status == 404:
-                return True
+            if exc.status == status:
+                return then
             raise
-        return False
+        return success
+
+    async def _network_policy_gone(self, name: str) -> bool:
+        """Delete the NetworkPolicy ``name``; True once it is not there (404), as KubeSpawner's
+        ``_ensure_not_exists`` for the resources of its own client."""
+        delete = partial(self._networking().delete_namespaced_network_policy, name, self.namespace)
+        return await self._retry_step(delete, success=False, status=404, then=True)
 
     async def _network_policy_made(self, manifest: dict[str, Any]) -> bool:
-        """Create ``manifest``; False while an old one of its name is still being deleted."""
-        create = self._networking().create_namespaced_network_policy
-        try:
-            await asyncio.wait_for(create(self.namespace, manifest), self.k8s_api_request_timeout)
-        except ApiException as exc:
-            if exc.status == 409:
-                return False
-            raise
-        return True
+        """Create ``manifest``; False while an old one of its name is still being deleted
+        (409)."""
+        api = self._networking()
+        create = partial(api.create_namespaced_network_policy, self.namespace, manifest)
+        return await self._retry_step(create, success=True, status=409, then=False)
 
     async def _replace_network_policy(self, manifest: dict[str, Any]) -> None:
         name = manifest["metadata"]["name"]

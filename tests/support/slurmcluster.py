@@ -87,7 +87,7 @@ class SlurmTestCluster:
         self._procs: list[subprocess.Popen] = []
         self._logs: list = []
         self._pids: list[Path] = []
-        self._t0 = time.time()
+        self._t0 = time.time()  # when made: runtime folders since are this cluster's jobs'
 
     def _write_config(self) -> None:
         r = self.root
@@ -184,7 +184,6 @@ AccountingStoragePass={r}/run/munge.sock
 
     def start(self, timeout_s: float = 60) -> None:
         """Write the configuration, start the daemons and wait until both nodes are idle."""
-        self._t0 = time.time()
         self._write_config()
         r = self.root
         key = r / "munge.key"
