@@ -286,7 +286,9 @@ def main() -> None:
     tiny = str(Path(__file__).with_name("tiny_server.py"))
     with tempfile.TemporaryDirectory(prefix="scalelab-hub-load-") as tmp:
         extra = TINY.format(python=sys.executable, tiny=tiny, batch=batch)
-        scalelab = Target(PlainHub(Path(tmp) / "state", extra_config=extra), SCALELAB_PATHS)
+        scalelab = Target(
+            PlainHub(Path(tmp) / "state", extra_config=extra, warm_spark=True), SCALELAB_PATHS
+        )
         baseline = None
         if not args.no_baseline:
             baseline = Target(BareHub(Path(tmp) / "baseline", tiny, batch), BASELINE_PATHS)

@@ -88,6 +88,7 @@ def _hub(base: Path, mode: str) -> ScaleLabUp:
         base / mode / "state",
         extra_config=f"c.ScaleLabSpawner.sandbox = {setting!r}\n",
         shared_identity=False,
+        warm_spark=True,  # the product as shipped
     )
 
 

@@ -178,11 +178,13 @@ def main() -> None:
                 homes=str(s_state / "homes"),
             )
             + COMMON.format(cls="ScaleLabSlurmSpawner", conf=conf),
+            warm_spark=True,  # the product as shipped
         )
         baseline = PlainHub(
             b_state,
             BASELINE.format(homes=str(b_state / "homes"))
             + COMMON.format(cls="BenchSlurmSpawner", conf=conf),
+            warm_spark=True,  # nothing added to the baseline's arguments
         )
         times: dict[str, list[float]] = {"scalelab": [], "baseline": []}
         try:

@@ -73,7 +73,7 @@ def main() -> None:
     info = RunInfo()
     n = 3 if args.quick else 20
     with tempfile.TemporaryDirectory(prefix="scalelab-bench-") as tmp:
-        scalelab = PlainHub(Path(tmp) / "scalelab")
+        scalelab = PlainHub(Path(tmp) / "scalelab", warm_spark=True)  # as shipped
         base_state = Path(tmp) / "baseline"
         baseline = PlainHub(
             base_state,
@@ -82,6 +82,7 @@ def main() -> None:
                 python=sys.executable,
                 args=["--allow-root"] if os.geteuid() == 0 else [],
             ),
+            warm_spark=True,  # nothing added to the baseline's arguments
         )
         times: dict[str, list[float]] = {"scalelab": [], "baseline": []}
         cpu: dict[str, list[float]] = {"scalelab": [], "baseline": []}

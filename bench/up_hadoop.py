@@ -36,7 +36,7 @@ CELL = "print(spark.range(1000).count(), sc.master)"
 
 def one_run(state: Path) -> dict:
     """One ``scalelab up --hadoop`` on ``state``, to the student's first YARN result."""
-    up = ScaleLabUp(state, shared_identity=os.geteuid() != 0)
+    up = ScaleLabUp(state, shared_identity=os.geteuid() != 0, warm_spark=True)
     up.argv.append("--hadoop")
     began = time.perf_counter()
     try:

@@ -97,7 +97,7 @@ def _open_spark_ui_from_the_menu(lab: Page) -> Page:
 
 
 def test_every_spark_ui_page_works_behind_the_hub_from_the_link_in_the_cell(tmp_path: Path):
-    with running(ScaleLabUp(tmp_path / "state")) as hub:
+    with running(ScaleLabUp(tmp_path / "state", warm_spark=True)) as hub:
         hub.start_server("erin")
         body = {"type": "notebook", "format": "json", "content": NOTEBOOK}
         saved = hub.server_api("erin", "PUT", "/contents/spark-ui.ipynb", data=json.dumps(body))

@@ -2,7 +2,10 @@
 
 The test's own ``jupyterhub_config.py`` (given with ``--config``, as an operator would) adds a
 service whose token has JupyterHub's built-in admin role, for the REST calls, and any
-``extra_config`` lines of the test's (e.g. a declared GPU inventory).
+``extra_config`` lines of the test's (e.g. a declared GPU inventory). Its servers keep no warm
+Spark driver unless the test asks (``warm_spark=True``, for tests that run PySpark kernels
+through the hub): an idle driver JVM per server costs 10-15 s of CPU that tests of GPUs,
+culling or faults never use, on the suite's 2 cores (issue 30).
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ TWO_FAKE_GPUS = (
     "]\n"
 )
 
+#: The servers' argument that turns their warm Spark driver off (``c.SparkWarmer.enabled``).
+NO_WARM_DRIVER = "--SparkWarmer.enabled=False"
+
 # The last line of the banner: everything scalelab up prints on start is in `output` by then.
 READY_LINE = "  Press Ctrl-C to stop"
 
@@ -57,6 +63,7 @@ class ScaleLabUp:
         extra_config: str = "",
         port: int | None = None,
         shared_identity: bool = True,
+        warm_spark: bool = False,
     ):
         self.state_dir = state_dir
         self.port = port or free_port()
@@ -73,7 +80,9 @@ class ScaleLabUp:
             "]\n"
             "c.JupyterHub.load_roles = [\n"
             "    {'name': 'admin', 'services': ['scalelab-tests']},\n"
-            "]\n" + extra_config
+            "]\n"
+            + ("" if warm_spark else f"c.Spawner.args = [{NO_WARM_DRIVER!r}]\n")
+            + extra_config
         )
         self.argv = [
             sys.executable, "-m", "scalelab", "up",
@@ -300,9 +309,10 @@ class PlainHub:
 
     Unlike :class:`ScaleLabUp`, the hub can be stopped and started again on the same state (a
     hub restart), and ``extra_config`` may pick another spawner (a baseline for benchmarks).
+    As there, servers keep no warm Spark driver unless ``warm_spark``.
     """
 
-    def __init__(self, state: Path, extra_config: str = ""):
+    def __init__(self, state: Path, extra_config: str = "", warm_spark: bool = False):
         self.state = state
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -319,7 +329,8 @@ class PlainHub:
         (state / "homes").mkdir(parents=True)
         ops = state / "ops_config.py"
         ops.write_text(
-            extra_config
+            ("" if warm_spark else f"c.Spawner.args = [{NO_WARM_DRIVER!r}]\n")
+            + extra_config
             + f"c.JupyterHub.services = [{{'name': 'tests', 'api_token': {self.token!r}}}]\n"
             + "c.JupyterHub.load_roles = [{'name': 'admin', 'services': ['tests']}]\n"
         )

@@ -21,7 +21,7 @@ LABS = {
 
 @pytest.fixture
 def hub(tmp_path: Path):
-    up = ScaleLabUp(tmp_path / "state")
+    up = ScaleLabUp(tmp_path / "state", warm_spark=True)
     try:
         yield up
     finally:

@@ -163,7 +163,7 @@ def hub() -> Iterator[ScaleLabUp]:
     # users cannot enter (scalelab up would then run a single-user trial, see test_identity.py).
     base = Path(tempfile.mkdtemp(prefix="scalelab-isolation-"))
     base.chmod(0o711)  # as /var/lib is: others may enter it
-    up = ScaleLabUp(base / "state", extra_config=LIMITS, shared_identity=False)
+    up = ScaleLabUp(base / "state", extra_config=LIMITS, shared_identity=False, warm_spark=True)
     try:
         up.start()
         for user in STUDENTS:

@@ -48,7 +48,7 @@ def _await_line(lines: queue.Queue, pattern: str, timeout_s: float = 120) -> str
 
 @pytest.mark.asyncio
 async def test_logs_follow_live_and_spark_ui_opens_through_the_hub(tmp_path: Path):
-    with running(ScaleLabUp(tmp_path / "state")) as hub:
+    with running(ScaleLabUp(tmp_path / "state", warm_spark=True)) as hub:
         hub.start_server("bob")
         base = f"{hub.url}/user/bob"
 

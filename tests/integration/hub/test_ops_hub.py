@@ -39,6 +39,7 @@ def hub(tmp_path: Path):
         + "c.JupyterHub.concurrent_spawn_limit = 1\n"
         + "c.Authenticator.admin_users = {'ops'}\n"
         + f"c.SharedPasswordAuthenticator.admin_password = {OPS_PASSWORD!r}\n",
+        warm_spark=True,
     )
     with running(up):
         yield up

@@ -45,7 +45,9 @@ def test_a_sandboxed_server_reaches_the_restarted_hub_through_a_new_relay():
     base.chmod(0o711)  # others may enter it, as /var/lib
     hubs: list[ScaleLabUp] = []
     try:
-        first = ScaleLabUp(base / "state", extra_config=CONFIG, shared_identity=False)
+        first = ScaleLabUp(
+            base / "state", extra_config=CONFIG, shared_identity=False, warm_spark=True
+        )
         hubs.append(first)
         first.start()
         first.start_server(STUDENT)
@@ -59,7 +61,11 @@ def test_a_sandboxed_server_reaches_the_restarted_hub_through_a_new_relay():
         assert pid_runs(server) and (netns.NETNS_DIR / namespace).exists()
 
         second = ScaleLabUp(
-            base / "state", extra_config=CONFIG, port=first.port, shared_identity=False
+            base / "state",
+            extra_config=CONFIG,
+            port=first.port,
+            shared_identity=False,
+            warm_spark=True,
         )
         hubs.append(second)
         second.start()

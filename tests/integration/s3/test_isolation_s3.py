@@ -226,7 +226,7 @@ def hub(base: Path, s3: SeaweedS3) -> Iterator[ScaleLabUp]:
         "'scalelab.spawner.store_identity.S3KeyFile'\n"
         f"c.S3KeyFile.key_file = {str(key_file)!r}\n"
     )
-    up = ScaleLabUp(base / "state", shared_identity=False, extra_config=extra)
+    up = ScaleLabUp(base / "state", shared_identity=False, extra_config=extra, warm_spark=True)
     try:
         up.start()
         for user in KEYS:

@@ -21,7 +21,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 from scalelab.common.ports import free_port
 from tests.browser.test_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import REPO
-from tests.support.hubproc import PlainHub, progress_events
+from tests.support.hubproc import NO_WARM_DRIVER, PlainHub, progress_events
 from tests.support.slurmcluster import SlurmTestCluster
 
 STUDENTS = ("alice", "bob", "carol", "dave")
@@ -45,7 +45,8 @@ def slurm_config(
     ``sudo -E -u {username}``."""
     shared = shared or state
     as_root = (
-        'c.ScaleLabSlurmSpawner.exec_prefix = ""\nc.ScaleLabSlurmSpawner.args = ["--allow-root"]\n'
+        'c.ScaleLabSlurmSpawner.exec_prefix = ""\n'
+        f"c.ScaleLabSlurmSpawner.args = ['--allow-root', {NO_WARM_DRIVER!r}]\n"
     )
     return (
         'c.JupyterHub.spawner_class = "scalelab.spawner.slurm.ScaleLabSlurmSpawner"\n'
@@ -91,7 +92,8 @@ def hub(
             "    {'slug': 'gpu-2', 'display_name': '2 GPUs', 'gpus': 2},\n"
             "]\n"
             "c.ScaleLabSlurmSpawner.slurm_profiles = {'cpu-1min': {'time': '1'}}\n"
-            f"c.ScaleLabSlurmSpawner.args = ['--allow-root', '--config={server_config}']\n"
+            f"c.ScaleLabSlurmSpawner.args = ['--allow-root', '--config={server_config}', "
+            f"{NO_WARM_DRIVER!r}]\n"
             "c.ScaleLabSlurmSpawner.gpu_report_interval = 1\n"
             # a hub restart leaves the servers' jobs running (the fixture cancels them at the end)
             "c.JupyterHub.cleanup_servers = False\n",
@@ -515,7 +517,7 @@ def test_scalelab_doctor_checks_slurm_on_a_slurm_configuration(
     # GPU profile's jobs sent to a partition the cluster does not have
     config.write_text(
         slurm_config(slurm_cluster, state)
-        + "c.ScaleLabSlurmSpawner.args = ['--debug']\n"
+        + f"c.ScaleLabSlurmSpawner.args = ['--debug', {NO_WARM_DRIVER!r}]\n"
         + "c.ScaleLabSlurmSpawner.slurm_profiles = {'gpu-1': {'partition': 'h100'}}\n"
         + "c.ScaleLabSlurmSpawner.mem_limit = '2G'\n"
     )

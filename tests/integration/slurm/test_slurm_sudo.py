@@ -119,7 +119,7 @@ def hub(slurm_cluster: SlurmTestCluster, accounts: Path) -> Iterator[PlainHub]:
     # the students' accounts have theirs
     config = slurm_config(slurm_cluster, state, PROFILES, root_jobs=False, shared=accounts)
     assert "exec_prefix" not in config and "allow-root" not in config
-    plain = PlainHub(state, config)
+    plain = PlainHub(state, config, warm_spark=True)
     for path in (state, *state.rglob("*")):
         shutil.chown(path, HUB_USER, HUB_USER)
     with pytest.MonkeyPatch.context() as patch:

@@ -36,19 +36,23 @@ n, len(features)
 """
 
 #: A student's training function: DDP over gloo, each rank its own shards; rank 0 returns the
-#: ids each rank saw per epoch (gathered), its state dict, and writes a checkpoint to the home.
+#: ids each rank saw per epoch (gathered), its state dict, each rank's YARN container
+#: (``CONTAINER_ID``, set by a NodeManager; empty elsewhere), and writes a checkpoint to the home.
 TRAIN = """
 from pyspark.ml.torch.distributor import TorchDistributor
 from scalelab.store.streaming import TorchParquetDataset
 
 def train(dataset, n_features, epochs, store):
     import io
+    import os
     import torch
     import torch.distributed as dist
     from torch.utils.data import DataLoader
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    containers = [None] * world
+    dist.all_gather_object(containers, os.environ.get("CONTAINER_ID", ""))
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(n_features, 1).double())
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-7)
@@ -73,7 +77,10 @@ def train(dataset, n_features, epochs, store):
         torch.save(state, buffer)
         store.pipe_file("home/tester/checkpoints/linear.pt", buffer.getvalue())
     dist.destroy_process_group()
-    return {"world": world, "seen": seen, "state": state} if rank == 0 else None
+    return (
+        {"world": world, "seen": seen, "state": state, "containers": containers}
+        if rank == 0 else None
+    )
 
 def run(epochs):
     songs = TorchParquetDataset(
