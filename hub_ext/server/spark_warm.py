@@ -92,8 +92,8 @@ class SparkWarmer(LoggingConfigurable):
         super().__init__(**kwargs)
         self.cwd = os.path.realpath(root_dir)
         self.root_dir = self.cwd
-        self.folder = tempfile.mkdtemp(prefix="scalelab-spark-warm-")  # mode 0700
-        self.socket_path = os.path.join(self.folder, "driver.sock")
+        self.folder = ""  # the socket's, made by start() (none while off)
+        self.socket_path = ""
         self.state = "off"
         self.why = off_reason(os.environ, self.enabled, pyspark_offered)
         self.app_id: str | None = None
@@ -125,6 +125,8 @@ class SparkWarmer(LoggingConfigurable):
         if self.why is not None:
             self.log.info("ScaleLab keeps no warm Spark driver: %s", self.why)
             return
+        self.folder = tempfile.mkdtemp(prefix="scalelab-spark-warm-")  # mode 0700
+        self.socket_path = os.path.join(self.folder, "driver.sock")
         os.environ[envvars.SPARK_WARM_SOCKET] = self.socket_path  # kernels from now on
         atexit.register(self.stop)
         self._task = asyncio.ensure_future(self._run())

@@ -9,7 +9,9 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -46,7 +48,13 @@ class Server(JupyterServer):
         data = tmp / "share" / "jupyter"
         install_kernelspecs(data)
         (tmp / "store").mkdir(exist_ok=True)
+        # The server's temporary folder, as a spawner's runtime one: short, for the warm
+        # driver's Unix socket in it (107 characters at most; pytest's tmp_path is too long).
+        self.tmp = Path(tempfile.mkdtemp(prefix="scalelab-test-tmp-"))
+        #: The warm drivers' socket folders left in :attr:`tmp` once the server stopped.
+        self.left_in_tmp: list[str] = []
         env = {
+            "TMPDIR": str(self.tmp),
             "JUPYTER_PATH": str(data),
             "SCALELAB_STORE_URL": (tmp / "store").as_uri(),
             "SCALELAB_STORE_OPTIONS": "{}",
@@ -57,6 +65,13 @@ class Server(JupyterServer):
             "SCALELAB_LOG_DIR": str(tmp / "logs"),
         }
         super().__init__(home, self.runtime, env, [*server_args(), *args])
+
+    def stop(self) -> None:
+        try:
+            super().stop()
+        finally:
+            self.left_in_tmp = [p.name for p in self.tmp.glob("scalelab-spark-warm-*")]
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
     def get(self, path: str) -> dict:
         assert self.process.poll() is None, self.log.read_text()
@@ -209,10 +224,12 @@ def test_a_warm_driver_nobody_took_ends_with_its_server(tmp_path: Path):
         warm = server.warm("ready")
         jvm = psutil.Process(warm["pid"])
         assert jvm.is_running()
+        assert len(list(server.tmp.glob("scalelab-spark-warm-*"))) == 1  # its socket's
     finally:
         server.stop()
     _, alive = psutil.wait_procs([jvm], timeout=60)
     assert not alive, "the warm driver's JVM outlived its server"
+    assert server.left_in_tmp == []  # the socket's folder went with it
 
 
 def test_the_harness_waits_for_a_kernel_slow_to_start_and_sees_one_that_dies(tmp_path: Path):
@@ -235,6 +252,7 @@ def test_the_harness_waits_for_a_kernel_slow_to_start_and_sees_one_that_dies(tmp
         spec = {"argv": ["sh", "-c", command], "display_name": name, "language": "python"}
         (kernels / name / "kernel.json").write_text(json.dumps(spec))
     try:
+        assert server.warm("off")["why"] == "off (c.SparkWarmer.enabled = False)"
         slow = server.kernel(name="slow")
         assert result(slow, "import json\njson.dumps(6 * 7)") == 42
         slow.stop_channels()
@@ -242,6 +260,7 @@ def test_the_harness_waits_for_a_kernel_slow_to_start_and_sees_one_that_dies(tmp
             server.kernel(name="dies")
     finally:
         server.stop()
+    assert server.left_in_tmp == []  # a server without a warm driver makes no socket folder
 
 
 def test_a_kernel_in_another_folder_starts_its_own_and_the_next_warm_driver_is_for_there(
