@@ -49,6 +49,13 @@ TWO_FAKE_GPUS = (
 #: The servers' argument that turns their warm Spark driver off (``c.SparkWarmer.enabled``).
 NO_WARM_DRIVER = "--SparkWarmer.enabled=False"
 
+
+def warm_driver_config(warm_spark: bool) -> str:
+    """The hub configuration line that gives servers :data:`NO_WARM_DRIVER`, unless
+    ``warm_spark`` (a spawner class's own ``args`` setting replaces it)."""
+    return "" if warm_spark else f"c.Spawner.args = [{NO_WARM_DRIVER!r}]\n"
+
+
 # The last line of the banner: everything scalelab up prints on start is in `output` by then.
 READY_LINE = "  Press Ctrl-C to stop"
 
@@ -80,9 +87,7 @@ class ScaleLabUp:
             "]\n"
             "c.JupyterHub.load_roles = [\n"
             "    {'name': 'admin', 'services': ['scalelab-tests']},\n"
-            "]\n"
-            + ("" if warm_spark else f"c.Spawner.args = [{NO_WARM_DRIVER!r}]\n")
-            + extra_config
+            "]\n" + warm_driver_config(warm_spark) + extra_config
         )
         self.argv = [
             sys.executable, "-m", "scalelab", "up",
@@ -329,7 +334,7 @@ class PlainHub:
         (state / "homes").mkdir(parents=True)
         ops = state / "ops_config.py"
         ops.write_text(
-            ("" if warm_spark else f"c.Spawner.args = [{NO_WARM_DRIVER!r}]\n")
+            warm_driver_config(warm_spark)
             + extra_config
             + f"c.JupyterHub.services = [{{'name': 'tests', 'api_token': {self.token!r}}}]\n"
             + "c.JupyterHub.load_roles = [{'name': 'admin', 'services': ['tests']}]\n"

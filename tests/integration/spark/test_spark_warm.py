@@ -66,11 +66,15 @@ class Server(JupyterServer):
         }
         super().__init__(home, self.runtime, env, [*server_args(), *args])
 
+    def warm_folders(self) -> list[str]:
+        """The warm drivers' socket folders in :attr:`tmp`."""
+        return [p.name for p in self.tmp.glob("scalelab-spark-warm-*")]
+
     def stop(self) -> None:
         try:
             super().stop()
         finally:
-            self.left_in_tmp = [p.name for p in self.tmp.glob("scalelab-spark-warm-*")]
+            self.left_in_tmp = self.warm_folders()
             shutil.rmtree(self.tmp, ignore_errors=True)
 
     def get(self, path: str) -> dict:
@@ -224,7 +228,7 @@ def test_a_warm_driver_nobody_took_ends_with_its_server(tmp_path: Path):
         warm = server.warm("ready")
         jvm = psutil.Process(warm["pid"])
         assert jvm.is_running()
-        assert len(list(server.tmp.glob("scalelab-spark-warm-*"))) == 1  # its socket's
+        assert len(server.warm_folders()) == 1  # its socket's
     finally:
         server.stop()
     _, alive = psutil.wait_procs([jvm], timeout=60)
