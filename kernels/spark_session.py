@@ -210,9 +210,7 @@ def ops_conf(environ: Mapping[str, str]) -> dict[str, str]:
     return conf
 
 
-def session_conf(
-    environ: Mapping[str, str], log_dir: Path | None, log_stem: str | None = None
-) -> dict[str, str]:
+def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, str]:
     """The kernel session's settings from its environment (I/O: picks a port, writes log4j2).
 
     In order, later ones winning: :func:`~scalelab.kernels.spark_defaults.spark_conf` (master,
@@ -232,9 +230,6 @@ def session_conf(
         ``JUPYTERHUB_SERVICE_PREFIX``.
     log_dir
         Where the driver's log goes (``spark-driver-<pid>.log``); None: console only.
-    log_stem
-        The log's name without ``.log`` (default ``spark-driver-<pid>``; a warm driver's
-        keeper starts with a hidden name, which it gives the taking kernel's pid).
 
     Raises
     ------
@@ -245,9 +240,9 @@ def session_conf(
     log4j_file = None
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
-        stem = log_stem or f"spark-driver-{os.getpid()}"
+        stem = f"spark-driver-{os.getpid()}"
         log_file = log_dir / f"{stem}.log"
-        props = log_dir / f".{stem.lstrip('.')}.log4j2.properties"
+        props = log_dir / f".{stem}.log4j2.properties"
         props.write_text(LOG4J2_TEMPLATE.format(log_file=log_file))
         log4j_file = str(props)
     user = environ.get("JUPYTERHUB_USER") or environ.get("USER") or "notebook"
@@ -293,8 +288,7 @@ def session_conf(
 
 def prepare_driver_environment(conf: Mapping[str, str]) -> None:
     """Set the variables the driver JVM and its Python workers read, in ``os.environ``, as the
-    kernel sets them before its JVM starts (the warm driver's keeper sets the same:
-    :mod:`scalelab.kernels.warm_driver`): ``PYSPARK_PYTHON``/``PYSPARK_DRIVER_PYTHON`` (this
+    kernel sets them before its JVM starts: ``PYSPARK_PYTHON``/``PYSPARK_DRIVER_PYTHON`` (this
     interpreter, unless set), ``SPARK_LOCAL_IP`` on a loopback driver, YARN's on ``yarn``.
 
     Raises
@@ -642,7 +636,6 @@ def begin(
     namespace: MutableMapping[str, Any],
     shell: Any,
     log_dir: Path | None,
-    take: Callable[[], Any] | None = None,
 ) -> str:
     """Start building ``spark`` in the background; put ``spark``/``sc`` in ``namespace``.
 
@@ -655,9 +648,6 @@ def begin(
         swapped for the real session, and a line tells the notebook the Spark UI URL once.
     log_dir
         Folder of the driver's log (see :func:`session_conf`).
-    take
-        Tried first in the background, before a driver of the kernel's own: a session from a
-        driver started ahead, or None (:func:`scalelab.kernels.spark_warm.take_or_none`).
 
     Returns
     -------
@@ -681,7 +671,7 @@ def begin(
         except spark_gpu_grant.ExecutorGPUsRefused as exc:
             raise SparkStartError(str(exc)) from None
         try:
-            session = (take() if take is not None else None) or build_session(conf)
+            session = build_session(conf)
         except BaseException:
             if release is not None:
                 release()

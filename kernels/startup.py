@@ -88,7 +88,6 @@ def _begin_spark(namespace: MutableMapping[str, Any]) -> str:
         spark_interrupt,
         spark_session,
         spark_ui_record,
-        spark_warm,
     )
 
     shell = get_ipython()
@@ -96,8 +95,7 @@ def _begin_spark(namespace: MutableMapping[str, Any]) -> str:
         spark_errors.install(shell, namespace)
         spark_interrupt.install(shell)  # an interrupted cell's jobs are cancelled
         spark_ui_record.install(shell)  # where the Spark UI is, for Course > Spark UI...
-    # A driver the server started ahead, when one is ready for this kernel; else its own.
-    return spark_session.begin(namespace, shell, log_dir(os.environ), spark_warm.take_or_none)
+    return spark_session.begin(namespace, shell, log_dir(os.environ))
 
 
 def start(flavour: str, namespace: MutableMapping[str, Any]) -> None:

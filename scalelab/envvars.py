@@ -15,9 +15,6 @@ SPARK_DRIVER_MEMORY = "SCALELAB_SPARK_DRIVER_MEMORY"
 #: Further Spark settings of the PySpark kernel's session (``ScaleLabSpawner.spark_conf``), a
 #: JSON object of ``spark.*`` keys to string values, e.g. ``{"spark.executor.memory": "2g"}``.
 SPARK_CONF = "SCALELAB_SPARK_CONF"
-#: UNIX socket of the single-user server's warm Spark driver, for the next PySpark kernel to take
-#: (set by the server for its kernels: :mod:`scalelab.hub_ext.server.spark_warm`); unset: none.
-SPARK_WARM_SOCKET = "SCALELAB_SPARK_WARM_SOCKET"
 #: NVML UUIDs of the GPUs the server holds, comma-separated; empty for CPU only.
 GPUS = "SCALELAB_GPUS"
 #: When the server's GPU session ends (seconds since the epoch); unset when unlimited.

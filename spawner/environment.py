@@ -89,8 +89,10 @@ def server_args(
     list of str
         Restricts the server's kernels to ScaleLab's kernelspecs, so the launcher shows exactly
         "PySpark", "TensorFlow" and "PyTorch" and no other kernel can be started; the first of
-        them is the default kernel. With ``spark_kernel_idle_timeout`` (seconds, 0: never), a
-        PySpark kernel idle that long is stopped, open tab or not, and leaves a notice
+        them is the default kernel. The kernel manager keeps a PySpark kernel started ahead
+        (:class:`~scalelab.hub_ext.server.warm_kernel.WarmKernelManager`). With
+        ``spark_kernel_idle_timeout`` (seconds, 0: never), a PySpark kernel idle that long is
+        stopped, open tab or not, and leaves a notice
         (:class:`~scalelab.hub_ext.server.kernel_culling.ScaleLabKernelManager`); the cull
         interval is the timeout's half, at most :data:`KERNEL_CULL_INTERVAL_S`.
     """
@@ -100,12 +102,11 @@ def server_args(
         "scalelab.kernels.specmanager.CourseKernelSpecManager",
         *(f"--KernelSpecManager.allowed_kernelspecs={name}" for name in names),
         f"--MappingKernelManager.default_kernel_name={names[0]}",
+        "--ServerApp.kernel_manager_class=scalelab.hub_ext.server.warm_kernel.WarmKernelManager",
     ]
     if spark_kernel_idle_timeout > 0:
         interval = max(1, min(KERNEL_CULL_INTERVAL_S, spark_kernel_idle_timeout // 2))
         args += [
-            "--ServerApp.kernel_manager_class="
-            "scalelab.hub_ext.server.kernel_culling.ScaleLabKernelManager",
             f"--ScaleLabKernelManager.cull_idle_timeout={spark_kernel_idle_timeout}",
             f"--ScaleLabKernelManager.cull_interval={interval}",
             "--ScaleLabKernelManager.cull_connected=True",

@@ -39,8 +39,8 @@ from scalelab.spawner.system_users import (
 from scalelab.store.protocols import local_folder
 
 #: Characters of the user's (quoted) name in the runtime folder's name: the folder only needs
-#: to be recognisable, and Unix socket paths under its ``tmp/`` (the warm Spark driver's,
-#: Python's multiprocessing's) must stay within Linux's 107 characters.
+#: to be recognisable, and Unix socket paths under its ``tmp/`` (Python's multiprocessing's)
+#: must stay within Linux's 107 characters.
 NAME_CHARS = 20
 #: The longest path of a Unix socket on Linux (``sun_path`` holds 108 bytes with its NUL).
 UNIX_PATH_MAX = 107

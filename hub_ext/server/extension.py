@@ -63,9 +63,9 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     from scalelab.hub_ext.server import spark_ui_page
 
     spark_ui_page.setup(serverapp)  # scalelab/sparkui: Course > Spark UI..., the kernel's UI
-    from scalelab.hub_ext.server import spark_warm
+    from scalelab.hub_ext.server import warm_kernel
 
-    spark_warm.setup(serverapp)  # a Spark driver started ahead for the next PySpark kernel
+    warm_kernel.setup(serverapp)  # a PySpark kernel started ahead for the next notebook
     deliver_labs(serverapp.root_dir, serverapp.log)
 
 

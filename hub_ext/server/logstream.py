@@ -22,6 +22,7 @@ from tornado import iostream, web
 
 from scalelab import envvars
 from scalelab.common.logfiles import LOG_NAME, log_dir
+from scalelab.hub_ext.server.warm_kernel import WarmKernelManager
 
 #: Seconds between two looks at a followed file.
 POLL_S = 0.25
@@ -45,13 +46,14 @@ def log_path(folder: Path, name: str) -> Path | None:
     return path
 
 
-def list_logs(folder: Path) -> list[dict[str, Any]]:
-    """The servable logs in ``folder``, newest first: ``name``, ``size`` (bytes), ``modified``."""
+def list_logs(folder: Path, hidden: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """The servable logs in ``folder`` but those named in ``hidden``, newest first: ``name``,
+    ``size`` (bytes), ``modified``."""
     if not folder.is_dir():
         return []
     logs = []
     for entry in folder.iterdir():
-        if log_path(folder, entry.name) is None:
+        if entry.name in hidden or log_path(folder, entry.name) is None:
             continue
         stat = entry.stat()
         logs.append({"name": entry.name, "size": stat.st_size, "modified": stat.st_mtime})
@@ -98,6 +100,13 @@ class _LogsMixin:
     def log_folder(self) -> Path:
         return self.settings["scalelab_log_dir"]  # type: ignore[attr-defined]
 
+    def listed(self) -> list[dict[str, Any]]:
+        """:func:`list_logs`, less the driver log of the server's warm PySpark kernel (nobody's
+        notebook yet: :meth:`WarmKernelManager.hidden_pids`)."""
+        manager = self.kernel_manager  # type: ignore[attr-defined]
+        pids = manager.hidden_pids() if isinstance(manager, WarmKernelManager) else set()
+        return list_logs(self.log_folder, frozenset(f"spark-driver-{pid}.log" for pid in pids))
+
 
 class LogListHandler(_LogsMixin, APIHandler):
     """``GET scalelab/api/logs``: the logs there are."""
@@ -105,7 +114,7 @@ class LogListHandler(_LogsMixin, APIHandler):
     @web.authenticated
     @authorized
     def get(self) -> None:
-        self.finish(json.dumps({"logs": list_logs(self.log_folder)}))
+        self.finish(json.dumps({"logs": self.listed()}))
 
 
 class LogStreamHandler(_LogsMixin, JupyterHandler):
@@ -173,7 +182,7 @@ class LogPageHandler(_LogsMixin, JupyterHandler):
         items = "".join(
             f'<li><a href="#" data-name="{html.escape(log["name"], quote=True)}">'
             f"{html.escape(log['name'])}</a> ({log['size']} bytes)</li>"
-            for log in list_logs(self.log_folder)
+            for log in self.listed()
         )
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.finish(PAGE.replace("{api}", api).replace("{items}", items or "<li>no logs yet</li>"))

@@ -68,8 +68,8 @@ CONFIG_CLASSES: tuple[ConfigClass, ...] = (
     ConfigClass("LivySettings", "scalelab.kernels.livy", "hub"),
     ConfigClass("StoreDrive", "scalelab.hub_ext.server.store_drive", "server"),
     ConfigClass("GPUReporter", "scalelab.hub_ext.server.gpu_report", "server"),
-    ConfigClass("SparkWarmer", "scalelab.hub_ext.server.spark_warm", "server"),
     ConfigClass("ScaleLabKernelManager", "scalelab.hub_ext.server.kernel_culling", "server"),
+    ConfigClass("WarmKernelManager", "scalelab.hub_ext.server.warm_kernel", "server"),
     ConfigClass("DeclaredReadings", "scalelab.common.gpu_source", "server"),
 )
 

@@ -46,8 +46,9 @@ TWO_FAKE_GPUS = (
     "]\n"
 )
 
-#: The servers' argument that turns their warm Spark driver off (``c.SparkWarmer.enabled``).
-NO_WARM_DRIVER = "--SparkWarmer.enabled=False"
+#: The servers' argument that turns their warm PySpark kernel off
+#: (``c.WarmKernelManager.warm_pyspark``).
+NO_WARM_DRIVER = "--WarmKernelManager.warm_pyspark=False"
 
 
 def warm_driver_config(warm_spark: bool) -> str:

@@ -39,6 +39,13 @@ def test_only_plain_log_files_in_the_folder_are_served(tmp_path: Path, name: str
     assert [log["name"] for log in list_logs(tmp_path)] == ["server.log"]
 
 
+def test_a_log_named_hidden_is_not_listed(tmp_path: Path):
+    for name in ("server.log", "spark-driver-41.log", "spark-driver-42.log"):
+        (tmp_path / name).write_text("x\n")
+    listed = {log["name"] for log in list_logs(tmp_path, frozenset({"spark-driver-42.log"}))}
+    assert listed == {"server.log", "spark-driver-41.log"}
+
+
 def test_tail_start():
     assert tail_start(100, 10) == 90
     assert tail_start(5, 10) == 0

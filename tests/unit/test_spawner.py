@@ -71,13 +71,14 @@ def test_server_args_allow_exactly_scalelab_kernels():
     ]
     assert "--MappingKernelManager.default_kernel_name=scalelab-pyspark" in args
     assert not [a for a in args if "cull" in a]  # no timeout: no culling
+    # ScaleLab's kernel manager (a PySpark kernel started ahead; culling, when set) always
+    manager = "--ServerApp.kernel_manager_class=scalelab.hub_ext.server.warm_kernel."
+    assert [a for a in args if "kernel_manager_class" in a] == [f"{manager}WarmKernelManager"]
 
 
 def test_idle_pyspark_kernels_are_culled_by_scalelabs_kernel_manager_within_a_minute():
     culling = server_args(spark_kernel_idle_timeout=3600)[len(server_args()) :]
     assert culling == [
-        "--ServerApp.kernel_manager_class="
-        "scalelab.hub_ext.server.kernel_culling.ScaleLabKernelManager",
         "--ScaleLabKernelManager.cull_idle_timeout=3600",
         "--ScaleLabKernelManager.cull_interval=60",  # looked at every minute
         "--ScaleLabKernelManager.cull_connected=True",  # an open tab holds no executors
@@ -253,8 +254,8 @@ def test_a_resumed_server_whose_process_is_a_zombie_is_dead(tmp_path: Path, monk
 def test_a_servers_temporary_folder_keeps_socket_paths_within_linuxs_limit(name: str):
     prefix = runtime_folder_prefix(name)
     assert prefix.startswith("scalelab-runtime-") and "/" not in prefix
-    # /tmp/<prefix><8 random>/tmp/ + the warm Spark driver's socket folder and socket
-    longest = f"/tmp/{prefix}{'x' * 8}/tmp/scalelab-spark-warm-{'x' * 8}/driver.sock"
+    # /tmp/<prefix><8 random>/tmp/ + a socket folder of Python's multiprocessing, and socket
+    longest = f"/tmp/{prefix}{'x' * 8}/tmp/pymp-{'x' * 8}/listener-{'x' * 8}"
     assert len(longest) <= 107, longest
     assert runtime_folder_prefix("alice") == "scalelab-runtime-alice-"
 

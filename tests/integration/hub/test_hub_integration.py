@@ -4,10 +4,12 @@ kernels and Spark; then Ctrl-C, and no process left behind."""
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
 import pytest
+import requests
 
 from scalelab.kernels.specs import KERNEL_NAMES
 from tests.support.hubproc import ScaleLabUp, execute
@@ -26,6 +28,18 @@ def hub(tmp_path: Path):
         yield up
     finally:
         up.kill()
+
+
+def warm_kernel(hub: ScaleLabUp, user: str, timeout_s: float = 240) -> dict:
+    """The status of ``user``'s server's warm PySpark kernel once it is ready."""
+    url = f"{hub.url}/user/{user}/scalelab/api/spark-warm"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = requests.get(url, headers=hub.auth, timeout=30).json()
+        if status["state"] == "ready" or time.monotonic() > deadline:
+            assert status["state"] == "ready", status
+            return status
+        time.sleep(0.5)
 
 
 @pytest.mark.asyncio
@@ -54,7 +68,9 @@ async def test_up_serves_a_student_server_with_three_kernels_and_spark_then_stop
     other = hub.server_api("alice", "POST", "/kernels", json={"name": "python3"})
     assert other.status_code == 404  # only the course's kernels start, not only are listed
     assert "kernel python3 is not offered here" in other.json()["message"]
+    warm = warm_kernel(hub, "alice")  # the server keeps a PySpark kernel started ahead
     kernel = hub.server_api("alice", "POST", "/kernels", json={"name": "scalelab-pyspark"}).json()
+    assert kernel["id"] == warm["kernel_id"]  # this request got it
     out = await execute(hub, "alice", kernel["id"], "spark.range(1000).count()")
     assert out["error"] is None, out
     assert out["result"] == "1000"

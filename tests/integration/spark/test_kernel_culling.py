@@ -37,17 +37,17 @@ def test_an_idle_pyspark_kernel_is_stopped_with_its_driver_and_the_student_is_to
     tmp_path: Path,
 ):
     assert CULLING == [
-        "--ServerApp.kernel_manager_class="
-        "scalelab.hub_ext.server.kernel_culling.ScaleLabKernelManager",
         "--ScaleLabKernelManager.cull_idle_timeout=3",
         "--ScaleLabKernelManager.cull_interval=1",
         "--ScaleLabKernelManager.cull_connected=True",
     ]
-    server = Server(tmp_path, "--SparkWarmer.rewarm_delay_s=600", *CULLING)
+    # The warm kernel is taken (its idle time counted from then); no next one in this test.
+    server = Server(tmp_path, "--WarmKernelManager.rewarm_delay_s=600", *CULLING)
     clients = []
     try:
         server.warm("ready")
         spark_id, spark = _start(server, "scalelab-pyspark")
+        assert server.warm("waiting")["taken"] == 1
         clients.append(spark)
         assert result(spark, "import json\njson.dumps(spark.range(3).count())") == 3
         driver = result(spark, "import json\njson.dumps(spark.sparkContext._gateway.proc.pid)")

@@ -1,7 +1,8 @@
-"""The warm Spark driver: started ahead by a real single-user server (ScaleLab's extension),
-taken by its next real PySpark kernel, never by two, and gone with the server.
+"""The warm PySpark kernel: started ahead by a real single-user server (ScaleLab's kernel
+manager), hidden until the next real request for a PySpark kernel takes it, never by two, and
+gone with the server.
 
-The parts that need no running service: ``tests/unit/test_spark_warm.py``.
+The parts that need no running service: ``tests/unit/test_warm_kernel.py``.
 """
 
 from __future__ import annotations
@@ -9,9 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -48,13 +47,7 @@ class Server(JupyterServer):
         data = tmp / "share" / "jupyter"
         install_kernelspecs(data)
         (tmp / "store").mkdir(exist_ok=True)
-        # The server's temporary folder, as a spawner's runtime one: short, for the warm
-        # driver's Unix socket in it (107 characters at most; pytest's tmp_path is too long).
-        self.tmp = Path(tempfile.mkdtemp(prefix="scalelab-test-tmp-"))
-        #: The warm drivers' socket folders left in :attr:`tmp` once the server stopped.
-        self.left_in_tmp: list[str] = []
         env = {
-            "TMPDIR": str(self.tmp),
             "JUPYTER_PATH": str(data),
             "SCALELAB_STORE_URL": (tmp / "store").as_uri(),
             "SCALELAB_STORE_OPTIONS": "{}",
@@ -65,17 +58,6 @@ class Server(JupyterServer):
             "SCALELAB_LOG_DIR": str(tmp / "logs"),
         }
         super().__init__(home, self.runtime, env, [*server_args(), *args])
-
-    def warm_folders(self) -> list[str]:
-        """The warm drivers' socket folders in :attr:`tmp`."""
-        return [p.name for p in self.tmp.glob("scalelab-spark-warm-*")]
-
-    def stop(self) -> None:
-        try:
-            super().stop()
-        finally:
-            self.left_in_tmp = self.warm_folders()
-            shutil.rmtree(self.tmp, ignore_errors=True)
 
     def get(self, path: str) -> dict:
         assert self.process.poll() is None, self.log.read_text()
@@ -93,17 +75,20 @@ class Server(JupyterServer):
                 return status
             time.sleep(0.5)
 
-    def kernel(self, path: str = "", name: str = "scalelab-pyspark") -> BlockingKernelClient:
+    def kernel(
+        self, path: str = "", name: str = "scalelab-pyspark", notebook: str | None = None
+    ) -> BlockingKernelClient:
         """A kernel (PySpark unless ``name`` says) started through the server's REST API, and a
-        client of it (its connection file is ``kernel-<id>.json``)."""
-        reply = requests.post(
-            f"{self.url}/api/kernels",
-            headers=self.auth,
-            json={"name": name, "path": path},
-            timeout=60,
-        )
+        client of it (its connection file is ``kernel-<id>.json``): for the folder ``path``, or
+        as JupyterLab opens a notebook, a session for the notebook at ``notebook``."""
+        if notebook is None:
+            body, route = {"name": name, "path": path}, "kernels"
+        else:
+            body = {"path": notebook, "type": "notebook", "kernel": {"name": name}}
+            route = "sessions"
+        reply = requests.post(f"{self.url}/api/{route}", headers=self.auth, json=body, timeout=60)
         reply.raise_for_status()
-        kernel_id = reply.json()["id"]
+        kernel_id = reply.json()["id"] if notebook is None else reply.json()["kernel"]["id"]
         client = BlockingKernelClient(
             connection_file=str(self.runtime / f"kernel-{kernel_id}.json")
         )
@@ -169,49 +154,67 @@ def jvms(server: Server) -> set[int]:
     return found
 
 
-def test_the_next_kernel_takes_the_warm_driver_a_second_one_starts_its_own(tmp_path: Path):
-    server = Server(tmp_path, "--SparkWarmer.rewarm_delay_s=600")  # no next one in this test
+def execute(client: BlockingKernelClient, code: str) -> tuple[int, str]:
+    """The execution count ``code`` got in the kernel of ``client``, and what it printed."""
+    out: list[str] = []
+
+    def hook(msg: dict) -> None:
+        if msg["msg_type"] == "stream":
+            out.append(msg["content"]["text"])
+
+    reply = client.execute_interactive(code, timeout=300, output_hook=hook)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return reply["content"]["execution_count"], "".join(out)
+
+
+def kernel_ids(server: Server) -> set[str]:
+    return {k["id"] for k in server.get("/api/kernels")}
+
+
+def logs(server: Server) -> set[str]:
+    return {log["name"] for log in server.get("/scalelab/api/logs")["logs"]}
+
+
+def test_the_next_notebook_takes_the_warm_kernel_a_second_one_starts_its_own(tmp_path: Path):
+    server = Server(tmp_path, "--WarmKernelManager.rewarm_delay_s=600")  # no next one here
     clients = []
     try:
         warm = server.warm("ready")
-        assert warm["pid"] in jvms(server) and warm["cwd"] == os.path.realpath(server.home)
-        first = server.kernel()
+        assert warm["cwd"] == os.path.realpath(server.home) and warm["app_id"]
+        assert warm["pid"] in {p.pid for p in psutil.Process(server.process.pid).children()}
+        assert kernel_ids(server) == set()  # nobody's yet: not in the REST API
+        log_name = f"spark-driver-{warm['pid']}.log"  # nor its driver's log in the list
+        assert (tmp_path / "logs" / log_name).is_file() and log_name not in logs(server)
+        first = server.kernel(notebook="lab1.ipynb")  # as JupyterLab opens a notebook
         clients.append(first)
+        # The warm-up left nothing: the notebook's first cell is number 1, shows the banner.
+        count, printed = execute(first, "print(__session__)")
+        assert count == 1, printed
+        assert printed.startswith("ScaleLab pyspark kernel: CPU only\n"), printed
+        assert printed.endswith("lab1.ipynb\n"), printed  # the notebook's path, as set at start
         took = result(first, DRIVER_FACTS)
-        assert took["app_id"] == warm["app_id"]  # the warmed driver itself
-        # Its log is named after the kernel that took it, as if that kernel had started it.
-        kernel_pid = result(first, "import json, os\njson.dumps(os.getpid())")
-        log = tmp_path / "logs" / f"spark-driver-{kernel_pid}.log"
-        assert "Submitted application: scalelab-" in log.read_text()
-        assert not list((tmp_path / "logs").glob(".spark-driver-warm-*.log"))
+        assert took["app_id"] == warm["app_id"]  # the warmed kernel's own Spark
+        assert result(first, "import json, os\njson.dumps(os.getpid())") == warm["pid"]
+        assert "Submitted application: scalelab-" in (tmp_path / "logs" / log_name).read_text()
+        assert kernel_ids(server) == {warm["kernel_id"]}  # listed from the hand-over on
+        assert log_name in logs(server)
         status = server.warm("waiting")
-        assert status["taken"] == 1 and status["app_id"] is None  # handed over, to one kernel
+        assert status["taken"] == 1 and status["kernel_id"] is None  # handed over, to one
         second = server.kernel()
         clients.append(second)
         cold = result(second, DRIVER_FACTS)
         assert cold["app_id"] != took["app_id"]  # its own driver: never a shared one
         assert server.warm("waiting")["taken"] == 1
         assert took["counts"] == cold["counts"] == [3, 1]
-        # The same settings as the kernel's own start gives, but for what differs per driver.
+        # The same settings as a kernel started on request, but for what differs per driver.
         assert {k: v for k, v in took["conf"].items() if k not in PER_DRIVER} == {
             k: v for k, v in cold["conf"].items() if k not in PER_DRIVER
         }
         assert took["worker"] == cold["worker"]  # the Python workers' folder and environment
         assert took["worker"][0] == os.path.realpath(server.home)
+        assert len(kernel_ids(server)) == 2
         running = jvms(server)
-        assert warm["pid"] in running and len(running) == 2  # the taken one, the second's own
-        # The taken JVM's end reaches its kernel with its status, as for a JVM it started.
-        psutil.Process(warm["pid"]).kill()
-        status = result(
-            first,
-            "import json, time\n"
-            "_proc = spark.sparkContext._gateway.proc\n"
-            "_deadline = time.monotonic() + 60\n"
-            "while _proc.poll() is None and time.monotonic() < _deadline:\n"
-            "    time.sleep(0.1)\n"
-            "json.dumps(_proc.poll())",
-        )
-        assert status == -9
+        assert len(running) == 2  # the taken kernel's and the second's
     finally:
         for client in clients:
             client.stop_channels()
@@ -222,18 +225,25 @@ def test_the_next_kernel_takes_the_warm_driver_a_second_one_starts_its_own(tmp_p
     assert not alive, f"JVMs left after the server stopped: {alive}"
 
 
-def test_a_warm_driver_nobody_took_ends_with_its_server(tmp_path: Path):
-    server = Server(tmp_path)
+def test_a_warm_kernel_nobody_took_is_never_culled_and_ends_with_its_server(tmp_path: Path):
+    culling = [
+        "--ScaleLabKernelManager.cull_idle_timeout=2",
+        "--ScaleLabKernelManager.cull_interval=1",
+        "--ScaleLabKernelManager.cull_connected=True",
+    ]
+    server = Server(tmp_path, *culling)
     try:
         warm = server.warm("ready")
-        jvm = psutil.Process(warm["pid"])
-        assert jvm.is_running()
-        assert len(server.warm_folders()) == 1  # its socket's
+        processes = [psutil.Process(warm["pid"]), *(psutil.Process(p) for p in jvms(server))]
+        assert len(processes) == 2  # the kernel and its driver JVM
+        time.sleep(5)  # idle well past the timeout, three culls: not the warm kernel
+        assert server.warm("ready")["kernel_id"] == warm["kernel_id"]
+        assert all(p.is_running() for p in processes)
+        assert "Culling '" not in server.log.read_text()  # as "Culling 'idle' kernel"
     finally:
         server.stop()
-    _, alive = psutil.wait_procs([jvm], timeout=60)
-    assert not alive, "the warm driver's JVM outlived its server"
-    assert server.left_in_tmp == []  # the socket's folder went with it
+    _, alive = psutil.wait_procs(processes, timeout=60)
+    assert not alive, "the warm kernel or its JVM outlived its server"
 
 
 def test_the_harness_waits_for_a_kernel_slow_to_start_and_sees_one_that_dies(tmp_path: Path):
@@ -242,7 +252,7 @@ def test_the_harness_waits_for_a_kernel_slow_to_start_and_sees_one_that_dies(tmp
     waited for; a kernel that exits is reported as not ready, with the server's log."""
     allowed = [f"--KernelSpecManager.allowed_kernelspecs={name}" for name in ("slow", "dies")]
     once = "--KernelRestarter.restart_limit=0"  # a dead kernel is not started again
-    server = Server(tmp_path, "--SparkWarmer.enabled=False", once, *allowed)
+    server = Server(tmp_path, "--WarmKernelManager.warm_pyspark=False", once, *allowed)
     kernels = tmp_path / "share" / "jupyter" / "kernels"
     # Slow after binding its ports (IPKernelApp runs exec_lines once its sockets are bound,
     # before it answers): a sleep before the bind would let another process take the ports the
@@ -256,7 +266,7 @@ def test_the_harness_waits_for_a_kernel_slow_to_start_and_sees_one_that_dies(tmp
         spec = {"argv": ["sh", "-c", command], "display_name": name, "language": "python"}
         (kernels / name / "kernel.json").write_text(json.dumps(spec))
     try:
-        assert server.warm("off")["why"] == "off (c.SparkWarmer.enabled = False)"
+        assert server.warm("off")["why"] == "off (c.WarmKernelManager.warm_pyspark = False)"
         slow = server.kernel(name="slow")
         assert result(slow, "import json\njson.dumps(6 * 7)") == 42
         slow.stop_channels()
@@ -264,28 +274,32 @@ def test_the_harness_waits_for_a_kernel_slow_to_start_and_sees_one_that_dies(tmp
             server.kernel(name="dies")
     finally:
         server.stop()
-    assert server.left_in_tmp == []  # a server without a warm driver makes no socket folder
 
 
-def test_a_kernel_in_another_folder_starts_its_own_and_the_next_warm_driver_is_for_there(
+def test_a_notebook_in_another_folder_starts_its_own_and_the_next_warm_kernel_is_for_there(
     tmp_path: Path,
 ):
-    server = Server(tmp_path, "--SparkWarmer.rewarm_delay_s=0")
+    server = Server(tmp_path, "--WarmKernelManager.rewarm_delay_s=0")
     (server.home / "lab").mkdir()
     clients = []
     try:
         first_warm = server.warm("ready")
-        elsewhere = server.kernel("lab/notebook.ipynb")  # its folder: home/lab
+        elsewhere = server.kernel(notebook="lab/notebook.ipynb")  # its folder: home/lab
         clients.append(elsewhere)
         own = result(elsewhere, DRIVER_FACTS)
-        assert own["app_id"] != first_warm["app_id"]  # declined: a driver of its own
+        assert own["app_id"] != first_warm["app_id"]  # not taken: a kernel of its own
         assert own["worker"][0] == os.path.realpath(server.home / "lab")
+        try:  # the one for home was ended
+            _, alive = psutil.wait_procs([psutil.Process(first_warm["pid"])], timeout=60)
+        except psutil.NoSuchProcess:
+            alive = []
+        assert not alive
         deadline = time.monotonic() + 240
         while (status := server.warm("ready"))["cwd"] != os.path.realpath(server.home / "lab"):
             assert time.monotonic() < deadline, status
             time.sleep(1)
         assert status["app_id"] != first_warm["app_id"] and status["taken"] == 0
-        again = server.kernel("lab/notebook.ipynb")  # a restart in that folder
+        again = server.kernel(notebook="lab/other.ipynb")  # a second notebook in that folder
         clients.append(again)
         took = result(again, DRIVER_FACTS)
         assert took["app_id"] == status["app_id"] and took["worker"] == own["worker"]
