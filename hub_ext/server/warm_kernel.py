@@ -234,12 +234,14 @@ class WarmKernelManager(ScaleLabKernelManager):
         why = environment_difference(self.warm_env, env)
         if cwd != self.warm_cwd:
             why = f"another folder ({cwd}; the warm kernel's is {self.warm_cwd})"
-        if why is None and not await self.get_kernel(kernel_id).is_alive():
+        if why is None and (
+            kernel_id not in self or not await self.get_kernel(kernel_id).is_alive()
+        ):
             why = "the warm kernel had ended"
         if why is not None:
             self.log.info("ScaleLab: the warm PySpark kernel does not fit: %s", why)
             await self._discard(kernel_id)
-            self._fill(cwd, delay_s=0.0)
+            self._fill(cwd, delay_s=self.rewarm_delay_s)  # after the request's own start
             return None
         kernel = self.get_kernel(kernel_id)
         session = env.get("JPY_SESSION_NAME", "")

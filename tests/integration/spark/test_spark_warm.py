@@ -246,6 +246,29 @@ def test_a_warm_kernel_nobody_took_is_never_culled_and_ends_with_its_server(tmp_
     assert not alive, "the warm kernel or its JVM outlived its server"
 
 
+def test_a_warm_kernel_that_died_is_not_handed_over_and_the_request_gets_its_own(
+    tmp_path: Path,
+):
+    once = "--KernelRestarter.restart_limit=0"  # a dead kernel is removed, not restarted
+    server = Server(tmp_path, once, "--WarmKernelManager.rewarm_delay_s=600")
+    client = None
+    try:
+        warm = server.warm("ready")
+        psutil.Process(warm["pid"]).kill()
+        deadline = time.monotonic() + 60
+        while f"Kernel {warm['kernel_id']} died" not in server.log.read_text():
+            assert time.monotonic() < deadline, server.log.read_text()[-4000:]
+            time.sleep(0.5)
+        client = server.kernel()  # not the dead one, and no error: a kernel of its own
+        assert result(client, "import json, os\njson.dumps(os.getpid())") != warm["pid"]
+        assert kernel_ids(server) == {Path(client.connection_file).stem.removeprefix("kernel-")}
+        assert "ScaleLab: the warm PySpark kernel does not fit" in server.log.read_text()
+    finally:
+        if client is not None:
+            client.stop_channels()
+        server.stop()
+
+
 def test_the_harness_waits_for_a_kernel_slow_to_start_and_sees_one_that_dies(tmp_path: Path):
     """The harness's own regression test (a CI run judged a starting kernel dead after its
     client's one-second heartbeat): a kernel 7 s slow to answer (longer than one 5 s wait) is
