@@ -248,6 +248,17 @@ def stop_earlier_run(record: dict | None, keep_servers: Iterable[SavedServer]) -
     return EarlierRun(record["pid"], tuple((p.pid, names.get(p.pid, "?")) for p in stopped))
 
 
+def state_folder_line(state_dir: Path, reused: bool) -> str:
+    """The banner's line naming the state folder, and whether this start found an earlier
+    run's hub database in it (pure)."""
+    if not reused:
+        return f"State folder: {state_dir} (new)"
+    return (
+        f"State folder: {state_dir} (an earlier run's users, homes and hub database, kept; "
+        "--state-dir DIR for a fresh one)"
+    )
+
+
 def found_lines(
     earlier: EarlierRun | None,
     before: list[SavedServer],
@@ -811,6 +822,7 @@ def _serve(
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in STOP_SIGNALS}
     known: list[psutil.Process] = []
     servers_before = hub.servers()
+    reused = files.database.exists()  # before the hub makes one
     become_subreaper()  # what the hub leaves when it exits stays ours to stop
     print(f"Starting ScaleLab's hub (log: {log_path}) ...", file=out, flush=True)
     try:
@@ -868,6 +880,7 @@ def _serve(
                     "  (generated for this run; set SCALELAB_PASSWORD or --password to choose it)"
                 )
             banner += [f"  Course store: {settings.store_url}", *cluster_lines]
+            banner.append(f"  {state_folder_line(state_dir, reused)}")
             banner.append(f"  {identity.banner}")
             banner += [f"  {line}" for line in found_lines(earlier, servers_before, hub.servers())]
             banner.append("  Press Ctrl-C to stop the hub and every server it started.")

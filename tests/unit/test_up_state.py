@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from scalelab.cli import main
+from scalelab.commands.up import state_folder_line
 from scalelab.commands.upstate import earlier_run, make_state_dir
 from scalelab.common.ports import free_port
 
@@ -164,3 +165,9 @@ def test_a_child_with_die_with_parent_gets_sigterm_when_its_parent_is_killed():
             parent.wait()
         if parent.stdout is not None:
             parent.stdout.close()
+
+
+def test_the_banner_says_whether_the_state_folder_holds_an_earlier_runs_hub():
+    assert state_folder_line(Path("/srv/s"), False) == "State folder: /srv/s (new)"
+    kept = state_folder_line(Path("/srv/s"), True)
+    assert kept.startswith("State folder: /srv/s (an earlier run's") and "--state-dir" in kept

@@ -50,6 +50,7 @@ async def test_up_serves_a_student_server_with_three_kernels_and_spark_then_stop
     banner = "".join(hub.output)
     assert "scalelab data fetch fashion-mnist millionsong" in banner  # the new store is empty
     assert f"the password: {hub.password}" in banner
+    assert f"State folder: {hub.state_dir} (new)" in banner
     server = hub.start_server("alice")
     assert server["url"] == "/user/alice/"
 
