@@ -1,7 +1,7 @@
 """A PySpark kernel started ahead by the single-user server, handed to the next request for one.
 
 :class:`WarmKernelManager` is the server's kernel manager (ScaleLab's culling one) keeping one
-started ``scalelab-pyspark`` kernel whose own start-up built ``spark`` and ran a first job; the
+started ``scalelab-pyspark`` kernel whose own start-up built ``spark`` and ran first jobs; the
 next start request for a PySpark kernel in the same folder gets it. ``GET
 <base_url>scalelab/api/spark-warm`` is its status.
 Why: docs/design-notes.md, scalelab.hub_ext.server.warm_kernel.
@@ -29,11 +29,15 @@ from scalelab.kernels.specs import kernel_name
 #: The PySpark kernelspec's name (``scalelab-pyspark``).
 PYSPARK = kernel_name("pyspark")
 #: What the warm kernel runs, silently (no history, no output, no cell events), once started:
-#: a first Spark job, so that Spark SQL's classes are loaded before the student's first cell.
+#: five small Spark jobs, so that Spark SQL's classes are loaded and the JVM has compiled a
+#: job's path before the student's first cell (a `spark.range(3).count()` after a first cell
+#: then gives its result in about 0.17 s instead of 0.38: docs/benchmarks.md, kernel_start.py;
+#: its cost: about 1 s of CPU and 40 MiB of resident memory more per warm kernel).
 WARM_UP = (
     "spark.sparkContext.setJobDescription("
     "'ScaleLab: warm-up, run before a notebook took this kernel')\n"
-    "spark.range(1).count()\n"
+    "for _ in range(5):\n"
+    "    spark.range(3).count()\n"
     "spark.sparkContext.setJobDescription(None)\n"
 )
 #: Seconds the warm-up may take: the driver JVM's start (about 10 s on an idle core) and a job.
@@ -103,10 +107,10 @@ class WarmKernelManager(ScaleLabKernelManager):
     warm_pyspark = Bool(
         True,
         config=True,
-        help="""Keep one PySpark kernel started ahead, `spark` built and a first job run, for
+        help="""Keep one PySpark kernel started ahead, `spark` built and first jobs run, for
         the next notebook that asks for a PySpark kernel in the same folder: its `spark` is
         usable at once instead of after about ten seconds. It costs one idle kernel and its
-        driver JVM per server (about 450-550 MB resident with spark.driver.memory=1g); only
+        driver JVM per server (about 500-600 MB resident with spark.driver.memory=1g); only
         servers whose Spark master is local keep one. Set in the servers' arguments
         (`c.Spawner.args = ["--WarmKernelManager.warm_pyspark=False"]`).""",
     )
