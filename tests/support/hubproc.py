@@ -3,9 +3,9 @@
 The test's own ``jupyterhub_config.py`` (given with ``--config``, as an operator would) adds a
 service whose token has JupyterHub's built-in admin role, for the REST calls, and any
 ``extra_config`` lines of the test's (e.g. a declared GPU inventory). Its servers keep no warm
-Spark driver unless the test asks (``warm_spark=True``, for tests that run PySpark kernels
-through the hub): an idle driver JVM per server costs 10-15 s of CPU that tests of GPUs,
-culling or faults never use, on the suite's 2 cores (issue 30).
+PySpark kernel unless the test asks (``warm_spark=True``, for tests that run PySpark kernels
+through the hub): an idle kernel and driver JVM per server costs 15-18 s of CPU that tests of
+GPUs, culling or faults never use, on the suite's 2 cores (issue 30).
 """
 
 from __future__ import annotations
