@@ -40,6 +40,8 @@ WARM_UP = (
     "    spark.range(3).count()\n"
     "spark.sparkContext.setJobDescription(None)\n"
 )
+#: What the warm-up reads back: the Spark application's id, for the status and the log.
+APP_ID = "spark.sparkContext.applicationId"
 #: Seconds the warm-up may take: the driver JVM's start (about 10 s on an idle core) and a job.
 WARM_UP_TIMEOUT_S = 300.0
 #: Environment variables jupyter_server sets per kernel (``JPY_SESSION_NAME``: the notebook's
@@ -169,15 +171,16 @@ class WarmKernelManager(ScaleLabKernelManager):
         if kernel_id not in self._hidden():
             super().start_watching_activity(kernel_id)
 
+    def _pid(self, kernel_id: str | None) -> int | None:
+        """The process id of a kernel this manager runs, or None (none, or gone)."""
+        if kernel_id is None or kernel_id not in self:
+            return None
+        pid = getattr(self.get_kernel(kernel_id).provisioner, "pid", None)
+        return pid if isinstance(pid, int) else None
+
     def hidden_pids(self) -> set[int]:
         """The process ids of the warm kernel and of one being warmed."""
-        pids = set()
-        for kernel_id in self._hidden():
-            if kernel_id in self:
-                pid = getattr(self.get_kernel(kernel_id).provisioner, "pid", None)
-                if isinstance(pid, int):
-                    pids.add(pid)
-        return pids
+        return {pid for pid in map(self._pid, self._hidden()) if pid is not None}
 
     def status(self) -> dict[str, Any]:
         """``state`` (``off``, ``starting``, ``ready``, ``waiting``), ``why`` (when off),
@@ -190,14 +193,11 @@ class WarmKernelManager(ScaleLabKernelManager):
             state = "ready"
         else:
             state = "starting" if self.warming is not None else "waiting"
-        pid = None
-        if self.warm_id is not None and self.warm_id in self:
-            pid = getattr(self.get_kernel(self.warm_id).provisioner, "pid", None)
         return {
             "state": state,
             "why": self.why_off,
             "kernel_id": self.warm_id,
-            "pid": pid,
+            "pid": self._pid(self.warm_id),
             "app_id": self.app_id if self.warm_id else None,
             "cwd": self.warm_cwd,
             "taken": self.taken,
@@ -251,7 +251,7 @@ class WarmKernelManager(ScaleLabKernelManager):
         session = env.get("JPY_SESSION_NAME", "")
         if session:
             try:
-                await self._run_silently(kernel_id, session_code(session), timeout_s=30)
+                await self._run_silently(kernel_id, session_code(session), 30)
             except (RuntimeError, TimeoutError) as exc:
                 self.log.warning("ScaleLab: the warm PySpark kernel failed at hand-over: %s", exc)
                 await self._discard(kernel_id)
@@ -289,7 +289,10 @@ class WarmKernelManager(ScaleLabKernelManager):
                 env=env,
             )
             self.add_restart_callback(kernel_id, lambda: self._restarted(kernel_id), "restart")
-            app_id = await self._run_silently(kernel_id, WARM_UP, timeout_s=WARM_UP_TIMEOUT_S)
+            found = await self._run_silently(
+                kernel_id, WARM_UP, WARM_UP_TIMEOUT_S, {"app_id": APP_ID}
+            )
+            app_id = found.get("app_id")
         except Exception as exc:  # noqa: BLE001 -- logged; notebooks then start their own
             self.failures += 1
             self.log.warning("ScaleLab: a warm PySpark kernel failed to start: %s", exc)
@@ -324,10 +327,17 @@ class WarmKernelManager(ScaleLabKernelManager):
             except Exception as exc:  # noqa: BLE001 -- gone meanwhile
                 self.log.debug("ScaleLab: the warm kernel %s was gone: %s", kernel_id, exc)
 
-    async def _run_silently(self, kernel_id: str, code: str, timeout_s: float) -> str | None:
+    async def _run_silently(
+        self,
+        kernel_id: str,
+        code: str,
+        timeout_s: float,
+        expressions: Mapping[str, str] | None = None,
+    ) -> dict[str, str]:
         """Execute ``code`` in the kernel with IPython's ``silent`` (no history, no cell
-        events, no output) and return the Spark application's id (``None`` if ``spark`` is
-        not built).
+        events, no output), then evaluate ``expressions`` (name -> Python expression, the
+        execute request's ``user_expressions``); return each one's text (its ``text/plain``,
+        quotes of a string removed), those that failed left out.
 
         Raises
         ------
@@ -343,10 +353,7 @@ class WarmKernelManager(ScaleLabKernelManager):
         deadline = asyncio.get_running_loop().time() + timeout_s
         try:
             msg_id = client.execute(
-                code,
-                silent=True,
-                store_history=False,
-                user_expressions={"app_id": "spark.sparkContext.applicationId"},
+                code, silent=True, store_history=False, user_expressions=dict(expressions or {})
             )
             while True:
                 try:
@@ -364,9 +371,12 @@ class WarmKernelManager(ScaleLabKernelManager):
         content = reply["content"]
         if content.get("status") != "ok":
             raise RuntimeError(f"{content.get('ename')}: {content.get('evalue')}")
-        app = (content.get("user_expressions") or {}).get("app_id") or {}
-        text = (app.get("data") or {}).get("text/plain")
-        return text.strip("'\"") if isinstance(text, str) else None
+        found = {}
+        for name, value in (content.get("user_expressions") or {}).items():
+            text = (value.get("data") or {}).get("text/plain")
+            if value.get("status") == "ok" and isinstance(text, str):
+                found[name] = text.strip("'\"")
+        return found
 
     async def shutdown_all(self, now: bool = False) -> None:  # type: ignore[override]
         """Every kernel, the warm one and one being warmed included (at the server's exit)."""

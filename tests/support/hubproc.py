@@ -48,13 +48,13 @@ TWO_FAKE_GPUS = (
 
 #: The servers' argument that turns their warm PySpark kernel off
 #: (``c.WarmKernelManager.warm_pyspark``).
-NO_WARM_DRIVER = "--WarmKernelManager.warm_pyspark=False"
+NO_WARM_KERNEL = "--WarmKernelManager.warm_pyspark=False"
 
 
-def warm_driver_config(warm_spark: bool) -> str:
-    """The hub configuration line that gives servers :data:`NO_WARM_DRIVER`, unless
+def warm_kernel_config(warm_spark: bool) -> str:
+    """The hub configuration line that gives servers :data:`NO_WARM_KERNEL`, unless
     ``warm_spark`` (a spawner class's own ``args`` setting replaces it)."""
-    return "" if warm_spark else f"c.Spawner.args = [{NO_WARM_DRIVER!r}]\n"
+    return "" if warm_spark else f"c.Spawner.args = [{NO_WARM_KERNEL!r}]\n"
 
 
 # The last line of the banner: everything scalelab up prints on start is in `output` by then.
@@ -88,7 +88,7 @@ class ScaleLabUp:
             "]\n"
             "c.JupyterHub.load_roles = [\n"
             "    {'name': 'admin', 'services': ['scalelab-tests']},\n"
-            "]\n" + warm_driver_config(warm_spark) + extra_config
+            "]\n" + warm_kernel_config(warm_spark) + extra_config
         )
         self.argv = [
             sys.executable, "-m", "scalelab", "up",
@@ -335,7 +335,7 @@ class PlainHub:
         (state / "homes").mkdir(parents=True)
         ops = state / "ops_config.py"
         ops.write_text(
-            warm_driver_config(warm_spark)
+            warm_kernel_config(warm_spark)
             + extra_config
             + f"c.JupyterHub.services = [{{'name': 'tests', 'api_token': {self.token!r}}}]\n"
             + "c.JupyterHub.load_roles = [{'name': 'admin', 'services': ['tests']}]\n"

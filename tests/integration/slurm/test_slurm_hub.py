@@ -21,7 +21,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 from scalelab.common.ports import free_port
 from tests.browser.test_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.conftest import REPO
-from tests.support.hubproc import NO_WARM_DRIVER, PlainHub, progress_events
+from tests.support.hubproc import NO_WARM_KERNEL, PlainHub, progress_events
 from tests.support.slurmcluster import SlurmTestCluster
 
 STUDENTS = ("alice", "bob", "carol", "dave")
@@ -46,7 +46,7 @@ def slurm_config(
     shared = shared or state
     as_root = (
         'c.ScaleLabSlurmSpawner.exec_prefix = ""\n'
-        f"c.ScaleLabSlurmSpawner.args = ['--allow-root', {NO_WARM_DRIVER!r}]\n"
+        f"c.ScaleLabSlurmSpawner.args = ['--allow-root', {NO_WARM_KERNEL!r}]\n"
     )
     return (
         'c.JupyterHub.spawner_class = "scalelab.spawner.slurm.ScaleLabSlurmSpawner"\n'
@@ -93,7 +93,7 @@ def hub(
             "]\n"
             "c.ScaleLabSlurmSpawner.slurm_profiles = {'cpu-1min': {'time': '1'}}\n"
             f"c.ScaleLabSlurmSpawner.args = ['--allow-root', '--config={server_config}', "
-            f"{NO_WARM_DRIVER!r}]\n"
+            f"{NO_WARM_KERNEL!r}]\n"
             "c.ScaleLabSlurmSpawner.gpu_report_interval = 1\n"
             # a hub restart leaves the servers' jobs running (the fixture cancels them at the end)
             "c.JupyterHub.cleanup_servers = False\n",
@@ -517,7 +517,7 @@ def test_scalelab_doctor_checks_slurm_on_a_slurm_configuration(
     # GPU profile's jobs sent to a partition the cluster does not have
     config.write_text(
         slurm_config(slurm_cluster, state)
-        + f"c.ScaleLabSlurmSpawner.args = ['--debug', {NO_WARM_DRIVER!r}]\n"
+        + f"c.ScaleLabSlurmSpawner.args = ['--debug', {NO_WARM_KERNEL!r}]\n"
         + "c.ScaleLabSlurmSpawner.slurm_profiles = {'gpu-1': {'partition': 'h100'}}\n"
         + "c.ScaleLabSlurmSpawner.mem_limit = '2G'\n"
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 from jupyter_client import BlockingKernelClient
 
 from scalelab.spawner.environment import server_args
-from tests.integration.spark.test_spark_warm import Server, jvms, result
+from tests.integration.spark.test_spark_warm import Server, execute, jvms, result
 
 IDLE_S = 3
 #: The culling's own arguments (the allow-list's are the Server's already).
@@ -20,17 +20,6 @@ CULLING = server_args(spark_kernel_idle_timeout=IDLE_S)[len(server_args()) :]
 def _start(server: Server, name: str) -> tuple[str, BlockingKernelClient]:
     client = server.kernel(name=name)
     return Path(client.connection_file).stem.removeprefix("kernel-"), client
-
-
-def _printed(client: BlockingKernelClient, code: str) -> str:
-    out: list[str] = []
-
-    def hook(msg: dict) -> None:
-        if msg["msg_type"] == "stream":
-            out.append(msg["content"]["text"])
-
-    client.execute_interactive(code, timeout=120, output_hook=hook)
-    return "".join(out)
 
 
 def test_an_idle_pyspark_kernel_is_stopped_with_its_driver_and_the_student_is_told(
@@ -70,9 +59,9 @@ def test_an_idle_pyspark_kernel_is_stopped_with_its_driver_and_the_student_is_to
             "give its Spark executors back to the course's cluster. Its variables are gone: run "
             "the notebook's cells again (Run > Run All Cells)."
         )
-        printed = _printed(torch, "print('next cell')")  # then the kernel's banner, first cell
+        _, printed = execute(torch, "print('next cell')")  # then the kernel's banner, first cell
         assert printed.startswith(f"{said}\n") and printed.endswith("next cell\n"), printed
-        assert _printed(torch, "print('again')") == "again\n"  # told once
+        assert execute(torch, "print('again')")[1] == "again\n"  # told once
         assert "Culling 'idle' kernel 'scalelab-pyspark'" in server.log.read_text()
     finally:
         for client in clients:
