@@ -832,10 +832,18 @@ def _explanation(error: BaseException, namespace: Mapping[str, Any]) -> Explanat
     return explain(description, _session_conf(namespace), os.environ)
 
 
+def task_place_lines(places: Mapping[int, Mapping[str, str]]) -> list[str]:
+    """``places`` (partition -> ``{"executor", "host", ...}``, from
+    :func:`scalelab.kernels.torch_ranks.task_places`) as :data:`TASK_PLACE` lines, one per
+    barrier task: every task, since the rank at fault may not be the task Spark names (a rank
+    that only lost its peer can fail first)."""
+    return [TASK_PLACE.format(partition=p, **places[p]) for p in sorted(places)]
+
+
 def _torch_context(description: str) -> str:
-    """What :func:`_rank_failed` reads beside the error: where the failed barrier task ran
-    (the driver's UI REST API) and each task's last output lines (TorchDistributor's log
-    stream, kept by :mod:`scalelab.kernels.torch_ranks`)."""
+    """What :func:`_rank_failed` reads beside the error: where each barrier task ran (the
+    driver's UI REST API, once it knows the task Spark names) and each task's last output
+    lines (TorchDistributor's log stream, kept by :mod:`scalelab.kernels.torch_ranks`)."""
     from scalelab.kernels import torch_ranks
 
     extra = []
@@ -853,8 +861,7 @@ def _torch_context(description: str) -> str:
             while partition not in place and time.monotonic() < deadline:
                 time.sleep(0.2)
                 place = torch_ranks.task_places(context.uiWebUrl, context.applicationId, stage)
-            if partition in place:
-                extra.append(TASK_PLACE.format(partition=partition, **place[partition]))
+            extra.extend(task_place_lines(place))
     except Exception:  # noqa: BLE001 -- no UI, no driver: the output alone still says a lot
         pass
     for lines in torch_ranks.last_run():

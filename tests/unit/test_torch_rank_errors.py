@@ -11,7 +11,13 @@ import subprocess
 import sys
 
 from scalelab.kernels import torch_ranks
-from scalelab.kernels.spark_errors import OUTPUT_BEGIN, OUTPUT_END, TASK_PLACE, explain
+from scalelab.kernels.spark_errors import (
+    OUTPUT_BEGIN,
+    OUTPUT_END,
+    TASK_PLACE,
+    explain,
+    task_place_lines,
+)
 
 CLUSTER = {"spark.master": "spark://127.0.0.1:7077", "spark.driver.memory": "1g"}
 
@@ -155,9 +161,12 @@ def test_the_failed_rank_is_named_with_its_executor_host_and_exception():
 def test_when_spark_names_the_rank_that_only_lost_its_peer_the_crashed_rank_is_explained():
     # Regression (fresh-clone run of stop 27): under load rank 0's "Connection closed by peer"
     # reached Spark before rank 1's own failure, and the cell blamed rank 0.
-    places = "".join(
-        TASK_PLACE.format(partition=p, executor=str(p), host="127.0.0.1") for p in (0, 1)
-    )
+    # Regression (CI run of stop 39): the kernel's hook added the place of Spark's task only
+    # (rank 0's), so rank 1 was named without its executor. It adds every task's place now, in
+    # the shape the driver's REST API gives (torch_ranks.task_places).
+    rest = {p: {"executor": str(p), "host": "127.0.0.1", "status": "FAILED"} for p in (1, 0)}
+    places = "\n".join(task_place_lines(rest))
+    assert places.split("\n")[0] == "[barrier task 0 ran in executor 0 on 127.0.0.1]"
     outputs = "".join(
         f"\n{OUTPUT_BEGIN}\n" + "\n".join(o) + f"\n{OUTPUT_END}" for o in (NODE_0, NODE_1)
     )
