@@ -9,6 +9,7 @@ Why: docs/design-notes.md, scalelab.kernels.spark_errors.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 import sys
@@ -75,6 +76,9 @@ _EXIT = re.compile(r"\[driver JVM exited with code (-?\d+)\]")
 #: What :func:`describe` adds to an exception whose text could not be had: its ``__str__``
 #: asks the driver JVM (a ``Py4JJavaError``), which did not answer, so the driver is gone.
 TEXT_UNREACHABLE = "[its text is held by the driver JVM, which does not answer]"
+#: A failure after which the driver JVM may end on its own: an OutOfMemoryError (Spark's
+#: uncaught-exception handler exits with :data:`SPARK_EXIT_OOM`), a connection to it refused.
+_MAY_END_THE_DRIVER = re.compile(r"OutOfMemoryError|ConnectionRefusedError|Py4JNetworkError")
 
 
 def _driver_gone(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
@@ -406,6 +410,9 @@ RULES: tuple[tuple[re.Pattern[str], _Rule], ...] = (
         re.compile(r"HADOOP_CONF_DIR (or|nor) YARN_CONF_DIR|no yarn-site\.xml in", re.I),
         _no_yarn_conf,
     ),
+    # A driver that ended itself after an OutOfMemoryError, whatever the cell saw first (the
+    # Java error's text, or a refused connection): one explanation.
+    (re.compile(rf"\[driver JVM exited with code {SPARK_EXIT_OOM}\]"), _driver_gone),
     (re.compile(r"spark\.driver\.maxResultSize", re.I), _max_result),
     (re.compile(r"JAVA_GATEWAY_EXITED|Java gateway process exited|JAVA_HOME", re.I), _java_missing),
     (
@@ -718,10 +725,50 @@ def _exit_status_within(seconds: float) -> int | None:
         time.sleep(0.05)
 
 
+class Py4JRootLines(logging.Filter):
+    """Keeps py4j's tracebacks on the root logger out of the cell: its
+    ``logging.exception("Exception while sending command.")`` when the driver's connection
+    breaks, and ``"KeyboardInterrupt while sending command."`` when the student interrupts a
+    Py4J call. The cell's own error says the same, explained, and ScaleLab's explanation must
+    be the first thing under the cell (a 29-line dump came before it)."""
+
+    MESSAGES = frozenset(
+        ("Exception while sending command.", "KeyboardInterrupt while sending command.")
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from_py4j = f"{os.sep}py4j{os.sep}" in record.pathname
+        return not (from_py4j and record.getMessage() in self.MESSAGES)
+
+
+def quiet_accumulator_servers() -> None:
+    """Keep PySpark's accumulator servers from printing a traceback under the cell when the
+    driver JVM drops their connection (it ended: an ``EOFError`` or ``ConnectionError`` in a
+    request; socketserver's ``handle_error`` prints ~20 lines to stderr, from a thread, often
+    before the cell's explanation). Other errors are printed as before. Idempotent."""
+    try:
+        from pyspark import accumulators
+    except ImportError:
+        return
+    for server in (accumulators.AccumulatorTCPServer, accumulators.AccumulatorUnixServer):
+        if getattr(server.handle_error, "scalelab_quiet", False):
+            continue
+        base = server.handle_error
+
+        def handle_error(self: Any, request: Any, client_address: Any, base: Any = base) -> None:
+            if isinstance(sys.exc_info()[1], (EOFError, ConnectionError)):
+                return
+            base(self, request, client_address)
+
+        handle_error.scalelab_quiet = True  # type: ignore[attr-defined]
+        server.handle_error = handle_error
+
+
 def install(shell: Any, namespace: Mapping[str, Any]) -> None:
-    """Show a known Spark failure's :class:`Explanation` first, above its traceback, whose
-    Java frames are folded (:func:`fold_java_frames`); other errors are shown as IPython shows
-    them.
+    """Show a known Spark failure's :class:`Explanation` first, then one short error output
+    and the Python and Java traces (Java frames folded by :func:`fold_java_frames`) as one
+    collapsed block (:mod:`scalelab.kernels.trace_block`); other errors are shown as IPython
+    shows them.
 
     Parameters
     ----------
@@ -732,19 +779,29 @@ def install(shell: Any, namespace: Mapping[str, Any]) -> None:
     namespace
         The notebook's globals.
 
-    The cell's error that ipykernel's reply names (``ExecutionResult.error_in_exec``, read
-    after ``post_run_cell``) becomes the copy shown, whose text cannot fail (:func:`printable`).
+    The cell's error that IPython's history and ipykernel's reply name
+    (``ExecutionResult.error_in_exec``) becomes the copy shown, whose text cannot fail
+    (:func:`printable`).
     """
 
     shown_for: dict[int, BaseException] = {}  # id(the cell's error) -> what was shown
+
+    def stand_in(self: Any, value: BaseException, shown: BaseException) -> None:
+        # The cell's error becomes ``shown`` now, in IPython's result of the cell too: IPython
+        # turns that error into text for its history before post_run_cell, and a dead
+        # driver's error raising there became a second error output and the reply's error.
+        shown_for.clear()
+        shown_for[id(value)] = shown
+        result = getattr(self.displayhook, "exec_result", None)
+        if result is not None and result.error_in_exec is value:
+            result.error_in_exec = shown
 
     def handler(self: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None):
         interrupt = spark_interrupt.interrupt_in(value)
         if interrupt is not None:
             # A Py4J call cut by the student's interrupt (see interrupt_in): shown, and
             # replied, as the interrupt it is, not as a lost driver.
-            shown_for.clear()
-            shown_for[id(value)] = interrupt
+            stand_in(self, value, interrupt)
             self.showtraceback(
                 (KeyboardInterrupt, interrupt, interrupt.__traceback__), tb_offset=tb_offset
             )
@@ -752,8 +809,7 @@ def install(shell: Any, namespace: Mapping[str, Any]) -> None:
         # IPython and ipykernel turn the error into text several times; a handler that raises
         # is unregistered. The text is taken first, once (the JVM may die at any moment).
         shown = printable(value)
-        shown_for.clear()
-        shown_for[id(value)] = shown
+        stand_in(self, value, shown)
         try:
             explanation = _explanation(value, namespace)
         except Exception:  # noqa: BLE001 -- the cell's own error must stay the one shown
@@ -765,7 +821,10 @@ def install(shell: Any, namespace: Mapping[str, Any]) -> None:
         print(explanation.text(), file=sys.stderr)
         sys.stderr.flush()  # before the error itself: the explanation comes first
         stb = self.InteractiveTB.structured_traceback(etype, shown, tb, tb_offset=tb_offset)
-        self._showtraceback(etype, shown, [fold_java_frames(part) for part in stb])
+        # One short error output, then the traces as one folded block (trace_block).
+        self._showtraceback(etype, shown, [trace_block.error_line(etype.__name__, str(shown))])
+        bundle = trace_block.folded_block([fold_java_frames(part) for part in stb])
+        self.display_pub.publish(data=bundle, metadata={})
         return None
 
     def hand_over_shown(result: Any) -> None:
@@ -776,9 +835,11 @@ def install(shell: Any, namespace: Mapping[str, Any]) -> None:
             result.error_in_exec = shown_for[id(error)]
         shown_for.clear()
 
-    from scalelab.kernels import spark_interrupt, torch_ranks
+    from scalelab.kernels import spark_interrupt, torch_ranks, trace_block
 
     torch_ranks.install()  # keeps what TorchDistributor's ranks print, for _rank_failed
+    logging.getLogger().addFilter(Py4JRootLines())
+    quiet_accumulator_servers()
     shell.set_custom_exc(spark_exception_types(), handler)
     shell.events.register("post_run_cell", hand_over_shown)
 
@@ -820,10 +881,14 @@ def _explanation(error: BaseException, namespace: Mapping[str, Any]) -> Explanat
     if "py4j" in description.lower():
         status = driver_exit_status()
         if status is None and (
-            "Py4JJavaError" not in description or TEXT_UNREACHABLE in description
+            "Py4JJavaError" not in description
+            or TEXT_UNREACHABLE in description
+            or _MAY_END_THE_DRIVER.search(description)
         ):
             # The connection to the driver broke (no Java exception came back, or its text
-            # could not be fetched): its process may take a moment more to end.
+            # could not be fetched), or the driver ran out of memory (in local mode Spark
+            # then ends its JVM with exit code 52): its process may take a moment more to
+            # end, and the explanation is the same whichever of these the cell saw first.
             status = _exit_status_within(DRIVER_EXIT_WAIT_S)
         if status is not None:
             description += f"\n[driver JVM exited with code {status}]"

@@ -8,7 +8,6 @@ Why: docs/design-notes.md, scalelab.kernels.spark_interrupt.
 
 from __future__ import annotations
 
-import logging
 import sys
 import threading
 from typing import Any
@@ -65,19 +64,10 @@ def interrupt_in(error: BaseException | None) -> KeyboardInterrupt | None:
     return first_in_chain(error, KeyboardInterrupt)
 
 
-class _Py4JInterruptLine(logging.Filter):
-    """Drops py4j's ``logging.exception("KeyboardInterrupt while sending command.")`` (on the
-    root logger: a traceback dump under the cell for every interrupt during a Py4J call)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.getMessage() != "KeyboardInterrupt while sending command."
-
-
 def install(shell: Any) -> None:
     """Cancel the kernel's Spark jobs after each cell that ends in ``KeyboardInterrupt`` (or in
     an error raised while one was handled: :func:`interrupt_in`) (``shell``: the kernel's
     ``InteractiveShell``)."""
-    logging.getLogger().addFilter(_Py4JInterruptLine())
 
     def after(result: Any) -> None:
         if interrupt_in(getattr(result, "error_in_exec", None)) is not None:

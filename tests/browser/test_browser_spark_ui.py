@@ -48,22 +48,6 @@ SQL_SCREENSHOT = REPO / "docs" / "screenshot-spark-sql.png"
 EXPLANATION_SCREENSHOT = REPO / "docs" / "screenshot-spark-explanation.png"
 
 
-#: The top (px) of the first "File ..." line of a traceback (where the Python frames begin, with
-#: this machine's paths), or null.
-FIRST_FILE_LINE = """(output) => {
-    const walker = document.createTreeWalker(output, NodeFilter.SHOW_TEXT);
-    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-        const at = node.textContent.indexOf("File ");
-        if (at >= 0) {
-            const range = document.createRange();
-            range.setStart(node, at);
-            range.setEnd(node, at + 4);
-            return range.getBoundingClientRect().top;
-        }
-    }
-    return null;
-}"""
-
 #: True while an element on screen says "Loading..." (Spark's tables before their data came).
 LOADING = """() => [...document.querySelectorAll("body *")].some(
     (e) => e.children.length === 0 && e.textContent.includes("Loading...")
@@ -187,28 +171,38 @@ def test_every_spark_ui_page_works_behind_the_hub_from_the_link_in_the_cell(tmp_
                 )
                 none.close()
 
-                # A Spark failure: ScaleLab's explanation first, above the folded trace.
+                # A Spark failure: ScaleLab's explanation first, one short error line, then the
+                # Python and Java traces folded in one block (issue 34, Must 6).
                 _run_cell(page, 2)
                 failed = _run_cell(page, 3)
                 outputs = failed.locator(".jp-OutputArea-output")
                 explanation = outputs.filter(has_text="Setting to change: spark.driver.maxRes")
-                trace = outputs.filter(has_text="Traceback (most recent call last)")
+                folded = outputs.locator("details.scalelab-trace")
                 expect(explanation).to_have_count(1)
-                expect(trace).to_have_count(1)
-                expect(trace).to_contain_text("more Java frames left out")
+                expect(folded).to_have_count(1)
+                expect(outputs).to_have_count(3)  # the explanation, the error's line, the block
+                expect(outputs.nth(0)).to_contain_text("Setting to change")
+                expect(outputs.nth(1)).to_contain_text("Py4JJavaError")
+                expect(folded.locator("summary")).to_contain_text("click to unfold")
+                expect(folded.locator("pre")).to_be_hidden()  # folded until opened
                 above = explanation.bounding_box()
-                below = trace.bounding_box()
+                below = folded.bounding_box()
                 assert above is not None and below is not None
                 assert above["y"] + above["height"] <= below["y"], (above, below)
                 page.keyboard.press("Escape")
-                page.keyboard.press("Control+b")  # the file browser folded: room for the trace
+                page.keyboard.press("Control+b")  # the file browser folded: room for the cell
                 expect(page.locator("#filebrowser")).to_be_hidden()
                 limit_cell = page.locator(".jp-CodeCell").nth(2)
                 limit_cell.evaluate("(cell) => cell.scrollIntoView({block: 'start'})")
-                # Down to the cell's line in the trace, above its Python frames (their paths).
-                bottom = trace.evaluate(FIRST_FILE_LINE)
-                clip = {"x": 0, "y": 0, "width": 1280, "height": bottom - 4} if bottom else None
+                end = folded.bounding_box()
+                assert end is not None
+                clip = {"x": 0, "y": 0, "width": 1280, "height": end["y"] + end["height"] + 8}
                 page.screenshot(path=str(EXPLANATION_SCREENSHOT), clip=clip)
+                # Unfolded on a click: the traces, their Java frames folded.
+                folded.locator("summary").click()
+                expect(folded.locator("pre")).to_be_visible()
+                expect(folded.locator("pre")).to_contain_text("Traceback (most recent call last)")
+                expect(folded.locator("pre")).to_contain_text("more Java frames left out")
                 assert failures == [], failures
             finally:
                 browser.close()

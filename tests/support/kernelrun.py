@@ -80,7 +80,8 @@ class Kernel:
         """Execute ``code``; returns ``stdout``, ``stderr``, ``result`` (text/plain or None),
         ``display`` (each display_data's bundle, in order), ``error`` ((ename, evalue) or None),
         ``traceback`` (the error's lines), ``order`` (``(kind, text)`` of each message as it
-        came: ``("stderr", "...")``, ``("error", "")``...) and ``status``."""
+        came: ``("stderr", "...")``, ``("error", "")``...), ``status`` and ``ename`` (the
+        reply's)."""
         out: dict = {"stdout": "", "stderr": "", "result": None, "error": None, "display": []}
         out.update(traceback=[], order=[])
 
@@ -102,4 +103,11 @@ class Kernel:
 
         reply = self.kc.execute_interactive(code, timeout=timeout_s, output_hook=hook)
         out["status"] = reply["content"]["status"]
+        out["ename"] = reply["content"].get("ename")
         return out
+
+
+def folded_traces(out: dict) -> list[dict]:
+    """The folded-traces blocks (kernels/trace_block.py) among ``out``'s displays, as
+    :meth:`Kernel.run` gives them: each a bundle with ``text/html`` and ``text/plain``."""
+    return [d for d in out["display"] if 'class="scalelab-trace"' in d.get("text/html", "")]

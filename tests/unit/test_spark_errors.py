@@ -169,9 +169,12 @@ def test_driver_exit_status_names_an_out_of_memory_exit():
     assert "OutOfMemoryError (exit code 52)" in oom.title
     killed = explain(CALL_LOST + "\n[driver JVM exited with code -9]", LOCAL, {})
     assert "(exit code -9)" in killed.title and "OutOfMemoryError" not in killed.title
-    # A heap error that the JVM still reported is the heap rule's, exit status or not.
+    # Regression (issue 34, Must 6): the same cell gave "ran out of Java heap memory" or "the
+    # JVM is gone" by the race between the Java error's text and the JVM's end. A driver that
+    # ended itself after an OutOfMemoryError gets one explanation, whichever the cell saw.
     heap = explain(EXECUTOR_HEAP + "\n[driver JVM exited with code 52]", LOCAL, {})
-    assert "ran out of Java heap memory" in heap.title
+    assert heap.title == oom.title and heap.fix == oom.fix
+    assert "ran out of Java heap memory" in explain(EXECUTOR_HEAP, LOCAL, {}).title  # JVM alive
 
 
 def test_a_py4j_error_with_a_java_trace_is_not_a_lost_call():
@@ -555,19 +558,22 @@ def test_interrupt_in_finds_the_interrupt_in_the_chain_only():
     assert interrupt_in(looped) is None
 
 
-def test_py4js_interrupt_traceback_line_is_kept_from_the_cell():
+def test_py4js_tracebacks_on_the_root_logger_are_kept_from_the_cell():
     import logging
 
-    from scalelab.kernels.spark_interrupt import _Py4JInterruptLine
+    from scalelab.kernels.spark_errors import Py4JRootLines
 
-    keep = _Py4JInterruptLine()
-    drop = logging.LogRecord(
-        "root", logging.ERROR, "x", 1, "KeyboardInterrupt while sending command.", None, None
-    )
-    other = logging.LogRecord(
-        "root", logging.ERROR, "x", 1, "Exception while sending command.", None, None
-    )
-    assert not keep.filter(drop) and keep.filter(other)
+    keep = Py4JRootLines()
+    py4j = "/srv/.venv/lib/python3.11/site-packages/py4j/java_gateway.py"
+
+    def record(message: str, path: str = py4j) -> logging.LogRecord:
+        return logging.LogRecord("root", logging.ERROR, path, 1, message, None, None)
+
+    assert not keep.filter(record("KeyboardInterrupt while sending command."))
+    # Regression (issue 34, Must 6): a dead driver's 29-line dump came before the explanation.
+    assert not keep.filter(record("Exception while sending command."))
+    assert keep.filter(record("Exception while sending command.", "/tmp/ipykernel_1/2.py"))
+    assert keep.filter(record("Error while receiving."))
 
 
 #: pyspark's TorchDistributor (``_get_num_tasks``) on a session whose tasks have no GPU, with
@@ -591,3 +597,26 @@ def test_torchdistributors_default_use_gpu_on_a_cpu_session_names_use_gpu_false(
     plain = "".join(capsys.readouterr())
     assert isinstance(other.error_in_exec, RuntimeError)
     assert "a plain runtime error" in plain and "ScaleLab:" not in plain  # left as IPython shows it
+
+
+def test_a_lost_drivers_accumulator_connection_prints_nothing(capsys):
+    # Regression (issue 34, Must 6): a ~20-line EOFError from the accumulator server's thread
+    # came before the explanation in the cell.
+    from pyspark import accumulators
+
+    from scalelab.kernels.spark_errors import quiet_accumulator_servers
+
+    quiet_accumulator_servers()
+    quiet_accumulator_servers()  # idempotent
+    server = accumulators.AccumulatorTCPServer.__new__(accumulators.AccumulatorTCPServer)
+    for error, printed in (
+        (EOFError(), False),
+        (ConnectionResetError(), False),
+        (KeyError(), True),
+    ):
+        try:
+            raise error
+        except (EOFError, ConnectionError, KeyError):
+            server.handle_error(None, ("127.0.0.1", 1))
+        err = capsys.readouterr().err
+        assert ("Exception occurred during processing" in err) is printed, (error, err)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import requests
 
-from tests.support.kernelrun import Kernel
+from tests.support.kernelrun import Kernel, folded_traces
 
 EXPLANATION = "ScaleLab: "
 
@@ -270,32 +270,60 @@ def test_driver_killed_during_a_call_is_explained(
         assert kernel.km.is_alive()
 
 
-def test_driver_out_of_memory_is_explained(kernel_environment: dict[str, str], tmp_path: Path):
+#: Cells that run the driver out of memory with spark.driver.memory 512m in local mode: the
+#: issue's collect of a large result (issue 34, Must 6), and a task's aggregation in the heap.
+OUT_OF_MEMORY = (
+    "spark.range(60_000_000).selectExpr('id', 'repeat(\"x\", 40) as s').collect()",
+    "spark.range(0, 40_000_000, numPartitions=1).selectExpr(\"repeat('x', 100) as s\")"
+    ".selectExpr('collect_list(s) as l').collect()",
+)
+
+
+def test_driver_out_of_memory_is_explained_the_same_way_every_time(
+    kernel_environment: dict[str, str], tmp_path: Path
+):
+    """Regression (issue 34, Must 6): the same cell, run three times, gave the explanation
+    after a stderr block once, one or two error outputs of 144-224 lines (a second one raised
+    by IPython's history turning the dead driver's error into text), and explanations that
+    alternated with the race between the Java error's text and the JVM's end."""
     env = _env(
         kernel_environment,
         tmp_path,
         SCALELAB_SPARK_MASTER="local[1]",
         SCALELAB_SPARK_DRIVER_MEMORY="512m",
     )
-    output = tmp_path / "kernel-output.txt"  # the kernel process's own fd 1 and 2, for a failure
-    with Kernel("scalelab-pyspark", env, cwd=str(tmp_path), output=output) as kernel:
-        out = kernel.run(
-            "spark.range(0, 40_000_000, numPartitions=1).selectExpr(\"repeat('x', 100) as s\")"
-            ".selectExpr('collect_list(s) as l').collect()",
-            timeout_s=600,
-        )
+    titles = set()
+    for attempt, cell in enumerate((OUT_OF_MEMORY[0], OUT_OF_MEMORY[0], OUT_OF_MEMORY[1])):
+        output = tmp_path / f"kernel-output-{attempt}.txt"  # the kernel process's fd 1 and 2
+        with Kernel("scalelab-pyspark", env, cwd=str(tmp_path), output=output) as kernel:
+            assert kernel.run("spark.range(3).count()")["result"] == "3"  # banner out of the way
+            out = kernel.run(cell, timeout_s=600)
+            reply = kernel.kc.execute_interactive("1 + 1", timeout=60)["content"]
         seen = f"{out!r}\n-- the kernel process's own output:\n{output.read_text()[-6000:]}"
         assert out["error"] is not None, seen
         assert out["stderr"].count(EXPLANATION) == 1, seen
         assert "Error in callback" not in out["stdout"]  # the explaining hook never fails
         assert "Setting to change: spark.driver.memory" in out["stderr"]
         assert "now 512m" in out["stderr"]
+        # The answer is the first thing under the cell: nothing comes before it.
+        shown = [
+            (kind, text) for kind, text in out["order"] if kind not in ("status", "execute_input")
+        ]
+        assert shown[0][0] == "stderr" and shown[0][1].startswith(EXPLANATION), seen
         _explained_first(out)
+        # The reply names the error shown (not a second one, raised after it).
+        assert out["ename"] == out["error"][0], seen
+        assert reply["status"] == "ok"  # the kernel lives on
+        titles.add(out["stderr"].split(EXPLANATION, 1)[1].split("\n", 1)[0])
+    # One explanation, whichever the race gave first (the JVM ends itself: exit code 52).
+    assert len(titles) == 1, titles
+    assert "OutOfMemoryError (exit code 52)" in titles.pop()
 
 
 def _explained_first(out: dict) -> None:
-    """The explanation (stderr) came before the error, whose Java frames are folded; the
-    exception's own lines are kept (issue 13)."""
+    """The explanation (stderr) came first, then one short error output, then the Python and
+    Java traces as one folded block (kernels/trace_block.py) whose Java frames are folded; the
+    exception's own lines are kept (issues 13 and 34)."""
     kinds = [kind for kind, _ in out["order"]]
     explained = [i for i, (kind, text) in enumerate(out["order"]) if EXPLANATION in text]
     assert explained and "error" in kinds, out["order"]
@@ -313,7 +341,16 @@ def _explained_first(out: dict) -> None:
     assert "TaskSetManager" not in out["stderr"] and "WARN Executor" not in out["stderr"]
     # The handler itself never fails (IPython would unregister it: no explanation any more).
     assert "Custom TB Handler failed" not in out["stderr"], out["stdout"]
-    trace = "\n".join(out["traceback"])
+    # One error output, of one line: the exception's type and its first line.
+    assert kinds.count("error") == 1, out["order"]
+    assert len(out["traceback"]) == 1 and out["error"][0] in out["traceback"][0]
+    assert "\n" not in out["traceback"][0]
+    # Then the traces, one block, folded in the browser (<details> without "open").
+    [block] = folded_traces(out)
+    assert block["text/html"].startswith('<details class="scalelab-trace"><summary>')
+    shown = [kind for kind in kinds if kind not in ("status", "execute_input")]
+    assert shown[shown.index("error") + 1] == "display_data", out["order"]  # right below it
+    trace = block["text/plain"]
     assert out["error"][0] in trace
     java_frames = [line for line in trace.splitlines() if line.lstrip().startswith("at ")]
     assert len(java_frames) <= 40, len(java_frames)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.support.kernelrun import Kernel
+from tests.support.kernelrun import Kernel, folded_traces
 
 #: The Million Song subset as 4 shards of the student's home, with an ``id`` column.
 SHARDS = """
@@ -210,8 +210,9 @@ def test_a_rank_that_crashes_is_named_with_its_executor_host_and_last_lines(
     assert "rank 1 read its first batch" in last
     assert re.search(r'File "/tmp/ipykernel_\d+/\d+\.py", line \d+, in train', last), last
     assert "[rank1]" not in last
-    # The traceback's Java frames stay folded; TorchDistributor's words stay below.
-    assert "TorchDistributor failed during training" in "\n".join(out["traceback"])
+    # TorchDistributor's words stay below, in the folded traces.
+    [block] = folded_traces(out)
+    assert "TorchDistributor failed during training" in block["text/plain"]
 
 
 #: Ranks that would train for ever; each writes its pid and its torchrun's (its parent) to
