@@ -44,7 +44,19 @@ being close in time: steadier on a busy machine), every run (``runs``), and the 
 at the start and end with the bench's own CPU seconds.
 ``--quick`` does 2 rounds (about 4 minutes on 2 busy cores), the default 5 (about 10).
 
-Usage: ``.venv/bin/python bench/kernel_start.py [--quick]`` from the repository root.
+``--master yarn`` (issue 34, Must 1) runs ScaleLab's kernel (``scalelab``, cold: its own YARN
+application requested at its start) against the warm kernel (``warm``: the manager's, whose
+application runs already) on the HDFS and YARN test cluster (``tests/support/hadoopcluster.py``:
+one JVM, 2 NodeManagers of 4 GiB and 2 vcores, started by the script), with the settings a
+spawner gives a YARN server (``spark_master = "yarn"``, 2 executors of 512m). Besides the
+figures above it prints ``*_result_after_ready_median_s`` (from the kernel's ready, its
+``kernel_info`` reply, to the first Spark result: the issue's measure) and, for a warm kernel
+left unused with ``cluster_release_s`` of :data:`RELEASE_S`: ``idle_containers_held_ready``
+(its application's running containers while it waits), ``idle_containers_after_release``
+(after it was released: 0 means an idle student holds nothing) and ``release_to_freed_s``.
+
+Usage: ``.venv/bin/python bench/kernel_start.py [--quick] [--master yarn]`` from the
+repository root.
 """
 
 from __future__ import annotations
@@ -69,6 +81,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._run_info import RunInfo, tree, tree_cpu_seconds, tree_peak_rss
 from scalelab.hub_ext.server.warm_kernel import WarmKernelManager
 from scalelab.kernels.specs import install_kernelspecs
+from scalelab.spawner.environment import server_environment
+from tests.support.hadoopcluster import YARN_SPARK_CONF, HadoopTestCluster
 from tests.support.kernelrun import Kernel
 
 MASTER = "local[2]"
@@ -95,6 +109,10 @@ VARIANTS = [
     ("scalelab", "spark_first"),
     ("warm", "spark_first"),
 ]
+#: On YARN: ScaleLab's kernel cold and warm (a plain kernel's session would be the cold one's).
+YARN_VARIANTS = [v for v in VARIANTS if v[0] != "plain"]
+#: Seconds the unused warm kernel on YARN waits before it is released, in the idle measure.
+RELEASE_S = 20.0
 
 
 def install(data_dir: Path) -> None:
@@ -121,10 +139,10 @@ class WarmKernel(Kernel):
     """A PySpark kernel taken from a :class:`WarmKernelManager` (a new one per run, its warm
     kernel started and waited for before the clock starts) on the bench's event loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, cwd: str):
+    def __init__(self, loop: asyncio.AbstractEventLoop, cwd: str, **settings: Any):
         self.loop = loop
         self.cwd = cwd
-        self.manager = WarmKernelManager(root_dir=cwd, rewarm_delay_s=3600)
+        self.manager = WarmKernelManager(root_dir=cwd, rewarm_delay_s=3600, **settings)
         self.call(self._ready())
         self.took_warm = False
 
@@ -149,6 +167,10 @@ class WarmKernel(Kernel):
         self.kc.wait_for_ready(timeout=180)
         return self
 
+    def close(self) -> None:
+        """Stop the manager's kernels (a warm one never taken)."""
+        self.call(self.manager.shutdown_all(now=True))
+
     def __exit__(self, *_exc: object) -> None:
         self.kc.stop_channels()
         self.call(self.manager.shutdown_all(now=True))
@@ -162,12 +184,15 @@ def one_start(
     kernel = WarmKernel(loop, cwd) if kind == "warm" else Kernel(KERNELS[kind], env, cwd=cwd)
     start = time.monotonic()
     with kernel:
+        run["ready_s"] = time.monotonic() - start  # the kernel_info reply came
         if way == "cell_first":
             reply = kernel.run("6 * 7")
             run["first_cell_s"] = time.monotonic() - start
             assert reply["result"] == "42", reply
-        reply = kernel.run(SPARK_CELL[kind])
+        reply = kernel.run(SPARK_CELL[kind], timeout_s=600)
         run["spark_ready_s" if way == "cell_first" else "first_spark_s"] = time.monotonic() - start
+        if way == "spark_first":
+            run["result_after_ready_s"] = run["first_spark_s"] - run["ready_s"]
         assert reply["result"] == "3", reply
         pid = kernel_pid(kernel)
         procs = tree(pid)
@@ -186,6 +211,68 @@ def one_start(
     return run
 
 
+def yarn_environment(cluster: HadoopTestCluster) -> dict[str, str]:
+    """The Spark and Hadoop variables ScaleLab's spawner gives a server for
+    ``spark_master = "yarn"`` on ``cluster``."""
+    env = server_environment(
+        store_url="file:///unused",
+        store_options={},
+        spark_master="yarn",
+        spark_driver_memory=DRIVER_MEMORY,
+        spark_conf=YARN_SPARK_CONF,
+        hadoop_conf_dir=str(cluster.conf_dir),
+    )
+    return {k: v for k, v in env.items() if k.startswith(("SCALELAB_SPARK", "HADOOP", "YARN"))}
+
+
+def running_containers(cluster: HadoopTestCluster) -> int:
+    """Containers YARN's ResourceManager counts for running applications, all users."""
+    apps = (cluster.resourcemanager("apps?states=RUNNING,ACCEPTED")["apps"] or {}).get("app", [])
+    return sum(max(0, app.get("runningContainers", 0)) for app in apps)
+
+
+def idle_release(cluster: HadoopTestCluster, loop: asyncio.AbstractEventLoop, cwd: str) -> dict:
+    """A warm kernel on YARN left unused: the containers it holds while ready, then after its
+    release (``cluster_release_s`` = :data:`RELEASE_S`), and the seconds from the release to
+    no container held."""
+    warm = WarmKernel(loop, cwd, cluster_release_s=RELEASE_S)
+    try:
+        held = running_containers(cluster)
+        while warm.manager.status()["state"] != "released":
+            time.sleep(0.2)
+        released = time.monotonic()
+        while running_containers(cluster) and time.monotonic() - released < 120:
+            time.sleep(0.5)
+        return {
+            "idle_containers_held_ready": held,
+            "idle_containers_after_release": running_containers(cluster),
+            "release_to_freed_s": round(time.monotonic() - released, 3),
+            "release_s": RELEASE_S,
+        }
+    finally:
+        warm.close()
+
+
+def run_rounds(
+    variants: list[tuple[str, str]],
+    rounds: int,
+    env: dict[str, str],
+    tmp: str,
+    loop: asyncio.AbstractEventLoop,
+) -> tuple[dict[str, list[dict]], dict]:
+    """``rounds`` of ``variants`` (kind, way), the order rotated by one each round, after one
+    untimed start of the first kind with Spark (the page cache warmed): each variant's runs
+    (``"<kind>_<way>"`` -> runs) and the untimed start's."""
+    os.environ.update(env)  # the warm kernels' manager starts them with its environment
+    warmup = one_start(variants[0][0], "spark_first", env, tmp, loop)
+    runs: dict[str, list[dict]] = {f"{kind}_{way}": [] for kind, way in variants}
+    for i in range(rounds):
+        shift = i % len(variants)
+        for kind, way in variants[shift:] + variants[:shift]:
+            runs[f"{kind}_{way}"].append(one_start(kind, way, env, tmp, loop))
+    return runs, warmup
+
+
 def median(values: list[float]) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
@@ -194,32 +281,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 rounds instead of 5")
     parser.add_argument("--rounds", type=int, help="rounds of the four variants")
+    parser.add_argument(
+        "--master", choices=("local", "yarn"), default="local", help="local[2], or YARN"
+    )
     args = parser.parse_args()
     info = RunInfo()
     rounds = args.rounds or (2 if args.quick else 5)
-    runs: dict[str, list[dict]] = {f"{kind}_{way}": [] for kind, way in VARIANTS}
+    if args.master == "yarn":
+        print(json.dumps({**yarn_main(rounds), **info.figures()}))
+        return
     with tempfile.TemporaryDirectory(prefix="scalelab-kernel-start-") as tmp:
-        data_dir = Path(tmp) / "share" / "jupyter"
-        install(data_dir)
-        (Path(tmp) / "store").mkdir()
-        env = {
-            **os.environ,
-            "JUPYTER_PATH": str(data_dir),
-            "SCALELAB_STORE_URL": (Path(tmp) / "store").as_uri(),
-            "SCALELAB_STORE_OPTIONS": "{}",
-            "SCALELAB_SPARK_MASTER": MASTER,
-            "SCALELAB_SPARK_DRIVER_MEMORY": DRIVER_MEMORY,
-            "SCALELAB_GPUS": "",
-            "SCALELAB_LOG_DIR": str(Path(tmp) / "logs"),
-        }
-        os.environ.update(env)  # the warm kernels' manager starts them with its environment
         loop = asyncio.new_event_loop()
         threading.Thread(target=loop.run_forever, daemon=True).start()
-        warmup = one_start("plain", "spark_first", env, tmp, loop)
-        for i in range(rounds):
-            shift = i % len(VARIANTS)
-            for kind, way in VARIANTS[shift:] + VARIANTS[:shift]:
-                runs[f"{kind}_{way}"].append(one_start(kind, way, env, tmp, loop))
+        runs, warmup = run_rounds(VARIANTS, rounds, base_environment(tmp), tmp, loop)
         loop.call_soon_threadsafe(loop.stop)
 
     def figure(kind: str, way: str, key: str) -> float | None:
@@ -261,6 +335,72 @@ def main() -> None:
     }
     result.update(info.figures())
     print(json.dumps(result))
+
+
+def base_environment(tmp: str) -> dict[str, str]:
+    """The kernels' environment as a server gives it, in the bench's folder ``tmp``."""
+    data_dir = Path(tmp) / "share" / "jupyter"
+    install(data_dir)
+    (Path(tmp) / "store").mkdir()
+    return {
+        **os.environ,
+        "JUPYTER_PATH": str(data_dir),
+        "SCALELAB_STORE_URL": (Path(tmp) / "store").as_uri(),
+        "SCALELAB_STORE_OPTIONS": "{}",
+        "SCALELAB_SPARK_MASTER": MASTER,
+        "SCALELAB_SPARK_DRIVER_MEMORY": DRIVER_MEMORY,
+        "SCALELAB_GPUS": "",
+        "SCALELAB_LOG_DIR": str(Path(tmp) / "logs"),
+    }
+
+
+def yarn_main(rounds: int) -> dict:
+    """``--master yarn``: cold and warm kernels on the test cluster's YARN, then the idle
+    release."""
+    with tempfile.TemporaryDirectory(prefix="scalelab-kernel-start-yarn-") as tmp:
+        cluster = HadoopTestCluster(Path(tmp) / "cluster", nodemanagers=2)
+        started = time.monotonic()
+        cluster.start()
+        cluster_start_s = time.monotonic() - started
+        try:
+            env = {**base_environment(tmp), **yarn_environment(cluster)}
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, daemon=True).start()
+            runs, warmup = run_rounds(YARN_VARIANTS, rounds, env, tmp, loop)
+            idle = idle_release(cluster, loop, tmp)
+            loop.call_soon_threadsafe(loop.stop)
+        finally:
+            cluster.stop()
+
+    def figure(name: str, key: str) -> float | None:
+        return median([r[key] for r in runs[name] if key in r])
+
+    result: dict = {"benchmark": "kernel_start", "master": "yarn", "rounds": rounds}
+    result["settings"] = {"spark.driver.memory": DRIVER_MEMORY, **YARN_SPARK_CONF}
+    for kind in ("scalelab", "warm"):
+        result[f"{kind}_ready_median_s"] = figure(f"{kind}_spark_first", "ready_s")
+        result[f"{kind}_first_spark_median_s"] = figure(f"{kind}_spark_first", "first_spark_s")
+        result[f"{kind}_result_after_ready_median_s"] = figure(
+            f"{kind}_spark_first", "result_after_ready_s"
+        )
+        result[f"{kind}_first_cell_median_s"] = figure(f"{kind}_cell_first", "first_cell_s")
+        result[f"{kind}_spark_ready_median_s"] = figure(f"{kind}_cell_first", "spark_ready_s")
+    for name, key in (("first_spark", "first_spark_s"), ("spark_ready", "spark_ready_s")):
+        way = "spark_first" if name == "first_spark" else "cell_first"
+        ours, base = figure(f"warm_{way}", key), figure(f"scalelab_{way}", key)
+        result[f"warm_{name}_ratio"] = round(ours / base, 3) if ours and base else None
+    result["warm_taken"] = sum(
+        r["took_warm"] for way in ("cell_first", "spark_first") for r in runs[f"warm_{way}"]
+    )
+    result["warm_runs"] = 2 * rounds
+    result.update(idle)
+    result["cluster_start_s"] = round(cluster_start_s, 3)
+    result["warmup_s"] = round(warmup["first_spark_s"], 3)
+    result["runs"] = {
+        name: [{k: round(v, 3) for k, v in run.items()} for run in values]
+        for name, values in runs.items()
+    }
+    return result
 
 
 if __name__ == "__main__":

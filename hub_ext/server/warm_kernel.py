@@ -49,7 +49,9 @@ WARM_UP_TIMEOUT_S = 300.0
 PER_KERNEL_PREFIX = "JPY_"
 
 
-def off_reason(environ: Mapping[str, str], enabled: bool, pyspark_offered: bool) -> str | None:
+def off_reason(
+    environ: Mapping[str, str], enabled: bool, pyspark_offered: bool, on_cluster: bool = True
+) -> str | None:
     """Why this server keeps no warm PySpark kernel, or None when it keeps one (pure).
 
     Parameters
@@ -60,20 +62,29 @@ def off_reason(environ: Mapping[str, str], enabled: bool, pyspark_offered: bool)
         :attr:`WarmKernelManager.warm_pyspark`.
     pyspark_offered
         Whether the server offers the PySpark kernel.
+    on_cluster
+        :attr:`WarmKernelManager.warm_on_cluster`: whether a master other than ``local``
+        (YARN, a standalone or Kubernetes master) gets one too.
     """
     if not enabled:
         return "off (c.WarmKernelManager.warm_pyspark = False)"
     master = environ.get(envvars.SPARK_MASTER, "").strip()
     if not master:
         return f"no Spark configured for this server ({envvars.SPARK_MASTER} is not set)"
-    if not master.startswith("local"):
+    if not on_cluster and not is_local(master):
         return (
-            f"the Spark master is {master}: a driver kept idle would hold the cluster's "
-            "resources, so only a kernel with a local master is started ahead"
+            f"the Spark master is {master} and c.WarmKernelManager.warm_on_cluster is off: "
+            "only a kernel with a local master is started ahead"
         )
     if not pyspark_offered:
         return f"the PySpark kernel ({PYSPARK}) is not offered on this server"
     return None
+
+
+def is_local(master: str) -> bool:
+    """Whether the Spark ``master`` URL runs everything in the driver (``local``,
+    ``local[2]``, ``local-cluster[...]`` is not) (pure)."""
+    return master == "local" or master.startswith("local[")
 
 
 def environment_difference(started: Mapping[str, str], wanted: Mapping[str, str]) -> str | None:
@@ -112,8 +123,8 @@ class WarmKernelManager(ScaleLabKernelManager):
         help="""Keep one PySpark kernel started ahead, `spark` built and first jobs run, for
         the next notebook that asks for a PySpark kernel in the same folder: its `spark` is
         usable at once instead of after about ten seconds. It costs one idle kernel and its
-        driver JVM per server (about 500-600 MB resident with spark.driver.memory=1g); only
-        servers whose Spark master is local keep one. Set in the servers' arguments
+        driver JVM per server (about 500-600 MB resident with spark.driver.memory=1g); on a
+        cluster master see `warm_on_cluster`. Set in the servers' arguments
         (`c.Spawner.args = ["--WarmKernelManager.warm_pyspark=False"]`).""",
     )
     rewarm_delay_s = Float(
@@ -122,6 +133,25 @@ class WarmKernelManager(ScaleLabKernelManager):
         config=True,
         help="""Seconds after the warm kernel was taken (or failed) before the next one
         starts, so that its start does not compete with the first cells of the one taken.""",
+    )
+    warm_on_cluster = Bool(
+        True,
+        config=True,
+        help="""Keep the warm PySpark kernel also where the servers' Spark master is a cluster
+        (YARN, a standalone or Kubernetes master): its `spark` is then a running application
+        on the cluster, with the student's identity, queue and limits, so the first cluster
+        result comes in about a second instead of 15-20. While it waits it holds the
+        application's containers (its application master and executors), so it is released
+        after `cluster_release_s`.""",
+    )
+    cluster_release_s = Float(
+        300.0,
+        min=0.0,
+        config=True,
+        help="""Seconds a warm kernel on a cluster master waits for a notebook before it is
+        shut down, its application ended and its containers freed: an idle student holds no
+        cluster resources. The next one starts when the student next starts a kernel. 0 keeps
+        it until the server stops (or the hub culls the server).""",
     )
     max_warm_failures = Int(
         3,
@@ -142,7 +172,9 @@ class WarmKernelManager(ScaleLabKernelManager):
         self.app_id: str | None = None
         self.taken = 0
         self.failures = 0
+        self.released = False  # a warm kernel on a cluster master was released, unused
         self._filling: asyncio.Future | None = None
+        self._releasing: asyncio.TimerHandle | None = None
         self._discarding: set[asyncio.Future] = set()
 
     # -- what the REST API, the Spark UI pages and culling see -------------------------------
@@ -183,7 +215,8 @@ class WarmKernelManager(ScaleLabKernelManager):
         return {pid for pid in map(self._pid, self._hidden()) if pid is not None}
 
     def status(self) -> dict[str, Any]:
-        """``state`` (``off``, ``starting``, ``ready``, ``waiting``), ``why`` (when off),
+        """``state`` (``off``, ``starting``, ``ready``, ``waiting``, ``released``: a warm
+        kernel on a cluster master was not taken in time and ended), ``why`` (when off),
         ``kernel_id``, ``pid`` (the kernel process's) and ``app_id`` (its Spark application's)
         of the ready kernel, ``cwd`` (its folder), ``taken`` (kernels handed over so far) and
         ``failures`` (in a row)."""
@@ -191,8 +224,10 @@ class WarmKernelManager(ScaleLabKernelManager):
             state = "off"
         elif self.warm_id is not None:
             state = "ready"
+        elif self.warming is not None:
+            state = "starting"
         else:
-            state = "starting" if self.warming is not None else "waiting"
+            state = "released" if self.released else "waiting"
         return {
             "state": state,
             "why": self.why_off,
@@ -208,7 +243,9 @@ class WarmKernelManager(ScaleLabKernelManager):
 
     def begin(self, pyspark_offered: bool) -> None:
         """Start keeping a warm kernel (on the running event loop), unless it is off."""
-        self.why_off = off_reason(os.environ, self.warm_pyspark, pyspark_offered)
+        self.why_off = off_reason(
+            os.environ, self.warm_pyspark, pyspark_offered, self.warm_on_cluster
+        )
         if self.why_off is not None:
             self.log.info("ScaleLab keeps no warm PySpark kernel: %s", self.why_off)
             return
@@ -226,7 +263,12 @@ class WarmKernelManager(ScaleLabKernelManager):
             taken = await self._take(os.path.realpath(cwd), env)
             if taken is not None:
                 return taken
-        return await super().start_kernel(kernel_id=kernel_id, path=path, **kwargs)
+        started = await super().start_kernel(kernel_id=kernel_id, path=path, **kwargs)
+        if self.released and self.why_off is None:
+            # The student is back: the next warm kernel, after this one's own start.
+            self.released = False
+            self._fill(os.path.realpath(self.root_dir), delay_s=self.rewarm_delay_s)
+        return started
 
     async def _take(self, cwd: str, env: Mapping[str, str]) -> str | None:
         """Hand the warm kernel over for a notebook in ``cwd`` with environment ``env``, or
@@ -303,12 +345,35 @@ class WarmKernelManager(ScaleLabKernelManager):
             self.warming = None
         self.failures = 0
         self.warm_id, self.warm_cwd, self.warm_env, self.app_id = kernel_id, cwd, env, app_id
+        master = env.get(envvars.SPARK_MASTER, "")
+        if self.cluster_release_s > 0 and not is_local(master):
+            self._releasing = asyncio.get_running_loop().call_later(
+                self.cluster_release_s, self._release, kernel_id
+            )
         self.log.info(
             "ScaleLab: warm PySpark kernel %s (Spark application %s) ready in %s",
             kernel_id,
             app_id,
             cwd,
         )
+
+    def _release(self, kernel_id: str) -> None:
+        """The warm kernel on a cluster master was not taken within
+        :attr:`cluster_release_s`: shut down, so that its application's containers are freed."""
+        if kernel_id != self.warm_id:
+            return  # taken, or replaced, meanwhile
+        self.warm_id = None
+        self.released = True
+        self.log.info(
+            "ScaleLab: the warm PySpark kernel %s (Spark application %s) was not taken in %.0f s:"
+            " released, its containers freed; the next one starts with the next kernel started",
+            kernel_id,
+            self.app_id,
+            self.cluster_release_s,
+        )
+        task = asyncio.ensure_future(self._discard(kernel_id))
+        self._discarding.add(task)
+        task.add_done_callback(self._discarding.discard)
 
     def _restarted(self, kernel_id: str) -> None:
         """The warm kernel died and jupyter_client started it again: without its warm-up, it
@@ -382,6 +447,8 @@ class WarmKernelManager(ScaleLabKernelManager):
         """Every kernel, the warm one and one being warmed included (at the server's exit)."""
         if self._filling is not None:
             self._filling.cancel()
+        if self._releasing is not None:
+            self._releasing.cancel()
         for kernel_id in self._hidden():
             self.warm_id = self.warming = None
             await self._discard(kernel_id)

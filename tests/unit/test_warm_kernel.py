@@ -6,17 +6,36 @@ from __future__ import annotations
 
 import os
 
-from scalelab.hub_ext.server.warm_kernel import environment_difference, off_reason, session_code
+from scalelab.hub_ext.server.warm_kernel import (
+    environment_difference,
+    is_local,
+    off_reason,
+    session_code,
+)
 
 
-def test_a_server_without_spark_or_with_a_cluster_master_keeps_no_warm_kernel():
+def test_a_server_without_spark_keeps_no_warm_kernel_and_a_cluster_master_one_unless_off():
     assert off_reason({}, True, True).startswith("no Spark configured")
     master = {"SCALELAB_SPARK_MASTER": "yarn"}
-    assert "only a kernel with a local master" in off_reason(master, True, True)
+    assert off_reason(master, True, True) is None  # issue 34, Must 1: released when unused
+    assert off_reason(master, True, True, on_cluster=True) is None
+    assert "warm_on_cluster is off" in off_reason(master, True, True, on_cluster=False)
     local = {"SCALELAB_SPARK_MASTER": "local[2]"}
+    assert off_reason(local, True, True, on_cluster=False) is None
     assert "not offered" in off_reason(local, True, False)
     assert off_reason(local, False, True) == "off (c.WarmKernelManager.warm_pyspark = False)"
     assert off_reason(local, True, True) is None
+
+
+def test_only_local_masters_run_everything_in_the_driver():
+    assert is_local("local") and is_local("local[2]") and is_local("local[*]")
+    for master in (
+        "yarn",
+        "spark://127.0.0.1:7077",
+        "k8s://https://api:6443",
+        "local-cluster[2,1,1024]",
+    ):
+        assert not is_local(master), master
 
 
 def test_a_request_of_another_environment_is_told_which_variables_differ_never_values():

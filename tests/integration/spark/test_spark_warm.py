@@ -39,7 +39,9 @@ PER_DRIVER = {
 class Server(JupyterServer):
     """A ``jupyter server`` with ScaleLab's extension and kernels, Spark as a spawner sets it."""
 
-    def __init__(self, tmp: Path, *args: str) -> None:
+    def __init__(self, tmp: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        """``args``: more server arguments; ``env``: variables that replace the local Spark's
+        below (a YARN master's, for instance)."""
         home = tmp / "home"
         home.mkdir(parents=True, exist_ok=True)
         self.runtime = tmp / "runtime"
@@ -47,7 +49,7 @@ class Server(JupyterServer):
         data = tmp / "share" / "jupyter"
         install_kernelspecs(data)
         (tmp / "store").mkdir(exist_ok=True)
-        env = {
+        base = {
             "JUPYTER_PATH": str(data),
             "SCALELAB_STORE_URL": (tmp / "store").as_uri(),
             "SCALELAB_STORE_OPTIONS": "{}",
@@ -57,7 +59,7 @@ class Server(JupyterServer):
             "SCALELAB_GPUS": "",
             "SCALELAB_LOG_DIR": str(tmp / "logs"),
         }
-        super().__init__(home, self.runtime, env, [*server_args(), *args])
+        super().__init__(home, self.runtime, {**base, **(env or {})}, [*server_args(), *args])
 
     def get(self, path: str) -> dict:
         assert self.process.poll() is None, self.log.read_text()
