@@ -82,8 +82,8 @@ def off_reason(
 
 
 def is_local(master: str) -> bool:
-    """Whether the Spark ``master`` URL runs everything in the driver (``local``,
-    ``local[2]``, ``local-cluster[...]`` is not) (pure)."""
+    """Whether the Spark ``master`` URL runs everything in the driver: ``local`` and
+    ``local[...]``; not ``local-cluster[...]``, YARN or any other cluster (pure)."""
     return master == "local" or master.startswith("local[")
 
 
@@ -257,17 +257,20 @@ class WarmKernelManager(ScaleLabKernelManager):
         """jupyter_server's start (which its session manager and REST handlers call); a new
         PySpark kernel is the warm one when it is ready for the same folder and environment."""
         name = kwargs.get("kernel_name") or self.default_kernel_name
+        env = kwargs.get("env") or dict(os.environ)
+        cwd = os.path.realpath(
+            self.cwd_for_path(path, env=env) if path is not None else self.root_dir
+        )
         if kernel_id is None and name == PYSPARK and self.warm_id is not None:
-            env = kwargs.get("env") or dict(os.environ)
-            cwd = self.cwd_for_path(path, env=env) if path is not None else self.root_dir
-            taken = await self._take(os.path.realpath(cwd), env)
+            taken = await self._take(cwd, env)
             if taken is not None:
                 return taken
         started = await super().start_kernel(kernel_id=kernel_id, path=path, **kwargs)
         if self.released and self.why_off is None:
-            # The student is back: the next warm kernel, after this one's own start.
+            # The student is back: the next warm kernel, for where they work, after this
+            # kernel's own start.
             self.released = False
-            self._fill(os.path.realpath(self.root_dir), delay_s=self.rewarm_delay_s)
+            self._fill(cwd, delay_s=self.rewarm_delay_s)
         return started
 
     async def _take(self, cwd: str, env: Mapping[str, str]) -> str | None:

@@ -50,7 +50,7 @@ def _ended(cluster: HadoopTestCluster, app_id: str, timeout_s: float = 60) -> di
         time.sleep(0.5)
 
 
-def test_a_warm_yarn_kernel_is_taken_and_an_unused_one_released(
+def test_an_unused_warm_yarn_kernel_is_released_and_the_next_one_taken(
     hdfs_cluster: HadoopTestCluster, tmp_path: Path
 ):
     server = Server(
@@ -61,11 +61,23 @@ def test_a_warm_yarn_kernel_is_taken_and_an_unused_one_released(
     )
     client = None
     try:
-        warm = server.warm("ready", timeout_s=300)
-        app = _app(hdfs_cluster, warm["app_id"])
+        unused = server.warm("ready", timeout_s=300)
+        app = _app(hdfs_cluster, unused["app_id"])
         # A YARN application of the server's user, holding its containers while it waits.
         assert app["state"] == "RUNNING" and app["user"] == getpass.getuser(), app
         assert app["runningContainers"] >= 1, app
+        # Not taken: released after RELEASE_S, its application ended, no container held.
+        released = server.warm("released", timeout_s=RELEASE_S + 60)
+        assert released["kernel_id"] is None and released["app_id"] is None
+        ended = _ended(hdfs_cluster, unused["app_id"])
+        assert ended["state"] in ("FINISHED", "KILLED"), ended
+        assert ended["runningContainers"] in (0, -1), ended  # nothing held for an idle student
+
+        # The student is back (a kernel starts): the next warm kernel, which a notebook takes
+        # with its running application and the server's settings.
+        server.kernel(name="scalelab-pytorch").stop_channels()
+        warm = server.warm("ready", timeout_s=300)
+        assert warm["app_id"] != unused["app_id"]
         client = server.kernel(notebook="lab1.ipynb")
         took = result(
             client,
@@ -75,26 +87,9 @@ def test_a_warm_yarn_kernel_is_taken_and_an_unused_one_released(
         )
         assert took == [warm["app_id"], "yarn", 3, YARN_SPARK_CONF["spark.executor.memory"]]
         assert server.get("/scalelab/api/spark-warm")["taken"] == 1
-
-        # The next one is not taken: released after RELEASE_S, its application ended.
-        unused = server.warm("ready", timeout_s=300)
-        assert unused["app_id"] != warm["app_id"]
-        released = server.warm("released", timeout_s=RELEASE_S + 60)
-        assert released["kernel_id"] is None and released["app_id"] is None
-        ended = _ended(hdfs_cluster, unused["app_id"])
-        assert ended["state"] in ("FINISHED", "KILLED"), ended
-        assert ended["runningContainers"] in (0, -1), ended  # nothing held for an idle student
-        # The taken one is the student's and runs on.
-        assert _app(hdfs_cluster, warm["app_id"])["state"] == "RUNNING"
-
-        # The student is back (a kernel starts): the next warm kernel starts.
-        server.kernel(name="scalelab-pytorch").stop_channels()
-        assert server.get("/scalelab/api/spark-warm")["state"] in ("starting", "ready")
-        back = server.warm("ready", timeout_s=300)
-        assert back["app_id"] not in (warm["app_id"], unused["app_id"])
     finally:
         if client is not None:
             client.stop_channels()
         server.stop()
-    for app_id in (warm["app_id"], back["app_id"]):  # the server's end ends them
-        assert _ended(hdfs_cluster, app_id)["state"] in ("FINISHED", "KILLED")
+    # The server's end ends the student's application too.
+    assert _ended(hdfs_cluster, warm["app_id"])["state"] in ("FINISHED", "KILLED")
