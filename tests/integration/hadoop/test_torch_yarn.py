@@ -21,7 +21,7 @@ import pytest
 from tests.integration.hadoop.test_spark_yarn import yarn_kernel_environment
 from tests.integration.spark.test_torch_distributor import SHARDS, TRAIN
 from tests.support.hadoopcluster import HadoopTestCluster
-from tests.support.kernelrun import Kernel
+from tests.support.kernelrun import Kernel, folded_traces
 
 #: Executors sized for a PyTorch rank (a 3 GiB container each).
 RANK_EXECUTORS = {"spark.executor.memory": "512m", "spark.executor.memoryOverhead": "2560m"}
@@ -53,7 +53,14 @@ def rank_kernel(
 def failure(out: dict) -> str:
     """A failed cell's whole story: its output, then the explanation and Spark's reason, which
     sit at the end of a long Java trace (pytest's own repr of ``out`` cuts both off)."""
-    return "\n".join([out["stdout"][-3000:], out["stderr"][-3000:], *out["traceback"]])[-12000:]
+    traces = [block["text/plain"] for block in folded_traces(out)]  # an explained error's
+    return "\n".join([out["stdout"][-3000:], out["stderr"][-3000:], *out["traceback"], *traces])[
+        -12000:
+    ]
+
+
+#: ScaleLab's explanation of a container YARN killed for its memory.
+YARN_MEMORY_KILL = "YARN killed a Spark executor's container for using more memory"
 
 
 def test_two_ranks_train_in_two_yarn_containers_on_disjoint_shards(rank_kernel: Kernel):
@@ -62,6 +69,13 @@ def test_two_ranks_train_in_two_yarn_containers_on_disjoint_shards(rank_kernel: 
     rows, _features = eval(shards["result"])
     assert rank_kernel.run("import json\n" + TRAIN)["error"] is None
     out = rank_kernel.run(ONE_EPOCH, timeout_s=600)
+    if out["error"] is not None and YARN_MEMORY_KILL in out["stderr"]:
+        # A rank's container (the executor's JVM, torchrun and the rank, both importing torch)
+        # measures 2.9-3.1 GB of its 3 GB by YARN's smaps count on a busy host: killed once in
+        # a whole-suite run of 2026-12-07. Spark replaces the executor; one more epoch, and the
+        # kill is shown (the container size is bound by the test cluster's 4 GiB NodeManagers).
+        print(f"YARN killed a rank's container once; again:\n{failure(out)[-3000:]}")
+        out = rank_kernel.run(ONE_EPOCH, timeout_s=600)
     assert out["error"] is None, failure(out)
     result = json.loads(out["stdout"].strip().splitlines()[-1])
     containers = result["containers"]
