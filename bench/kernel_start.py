@@ -81,8 +81,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._run_info import RunInfo, tree, tree_cpu_seconds, tree_peak_rss
 from scalelab.hub_ext.server.warm_kernel import WarmKernelManager
 from scalelab.kernels.specs import install_kernelspecs
-from scalelab.spawner.environment import server_environment
-from tests.support.hadoopcluster import YARN_SPARK_CONF, HadoopTestCluster
+from tests.support.hadoopcluster import (
+    YARN_SPARK_CONF,
+    HadoopTestCluster,
+    yarn_server_environment,
+)
 from tests.support.kernelrun import Kernel
 
 MASTER = "local[2]"
@@ -173,7 +176,7 @@ class WarmKernel(Kernel):
 
     def __exit__(self, *_exc: object) -> None:
         self.kc.stop_channels()
-        self.call(self.manager.shutdown_all(now=True))
+        self.close()
 
 
 def one_start(
@@ -209,20 +212,6 @@ def one_start(
     if kind == "warm":
         run["took_warm"] = kernel.took_warm
     return run
-
-
-def yarn_environment(cluster: HadoopTestCluster) -> dict[str, str]:
-    """The Spark and Hadoop variables ScaleLab's spawner gives a server for
-    ``spark_master = "yarn"`` on ``cluster``."""
-    env = server_environment(
-        store_url="file:///unused",
-        store_options={},
-        spark_master="yarn",
-        spark_driver_memory=DRIVER_MEMORY,
-        spark_conf=YARN_SPARK_CONF,
-        hadoop_conf_dir=str(cluster.conf_dir),
-    )
-    return {k: v for k, v in env.items() if k.startswith(("SCALELAB_SPARK", "HADOOP", "YARN"))}
 
 
 def running_containers(cluster: HadoopTestCluster) -> int:
@@ -363,7 +352,7 @@ def yarn_main(rounds: int) -> dict:
         cluster.start()
         cluster_start_s = time.monotonic() - started
         try:
-            env = {**base_environment(tmp), **yarn_environment(cluster)}
+            env = {**base_environment(tmp), **yarn_server_environment(cluster, DRIVER_MEMORY)}
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, daemon=True).start()
             runs, warmup = run_rounds(YARN_VARIANTS, rounds, env, tmp, loop)

@@ -258,11 +258,8 @@ class WarmKernelManager(ScaleLabKernelManager):
         PySpark kernel is the warm one when it is ready for the same folder and environment."""
         name = kwargs.get("kernel_name") or self.default_kernel_name
         env = kwargs.get("env") or dict(os.environ)
-        cwd = os.path.realpath(
-            self.cwd_for_path(path, env=env) if path is not None else self.root_dir
-        )
         if kernel_id is None and name == PYSPARK and self.warm_id is not None:
-            taken = await self._take(cwd, env)
+            taken = await self._take(self._cwd(path, env), env)
             if taken is not None:
                 return taken
         started = await super().start_kernel(kernel_id=kernel_id, path=path, **kwargs)
@@ -270,8 +267,14 @@ class WarmKernelManager(ScaleLabKernelManager):
             # The student is back: the next warm kernel, for where they work, after this
             # kernel's own start.
             self.released = False
-            self._fill(cwd, delay_s=self.rewarm_delay_s)
+            self._fill(self._cwd(path, env), delay_s=self.rewarm_delay_s)
         return started
+
+    def _cwd(self, path: str | None, env: Mapping[str, str]) -> str:
+        """The real folder a kernel for ``path`` starts in (jupyter_server's rule)."""
+        return os.path.realpath(
+            self.cwd_for_path(path, env=env) if path is not None else self.root_dir
+        )
 
     async def _take(self, cwd: str, env: Mapping[str, str]) -> str | None:
         """Hand the warm kernel over for a notebook in ``cwd`` with environment ``env``, or

@@ -414,3 +414,22 @@ def _read_lines(stream: Any, out: queue.Queue[bytes]) -> None:
     for line in iter(stream.readline, b""):
         out.put(line)
     out.put(b"")
+
+
+def yarn_server_environment(
+    cluster: HadoopTestCluster, driver_memory: str = "1g"
+) -> dict[str, str]:
+    """The Spark and Hadoop variables ScaleLab's spawner gives a server for
+    ``spark_master = "yarn"`` on ``cluster`` (:data:`YARN_SPARK_CONF`); the store's and the
+    kernels' are left to the caller."""
+    from scalelab.spawner.environment import server_environment
+
+    env = server_environment(
+        store_url="file:///unused",
+        store_options={},
+        spark_master="yarn",
+        spark_driver_memory=driver_memory,
+        spark_conf=YARN_SPARK_CONF,
+        hadoop_conf_dir=str(cluster.conf_dir),
+    )
+    return {k: v for k, v in env.items() if k.startswith(("SCALELAB_SPARK", "HADOOP", "YARN"))}

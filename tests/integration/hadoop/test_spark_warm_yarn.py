@@ -11,26 +11,15 @@ import getpass
 import time
 from pathlib import Path
 
-from scalelab.spawner.environment import server_environment
 from tests.integration.spark.test_spark_warm import Server, result
-from tests.support.hadoopcluster import YARN_SPARK_CONF, HadoopTestCluster
+from tests.support.hadoopcluster import (
+    YARN_SPARK_CONF,
+    HadoopTestCluster,
+    yarn_server_environment,
+)
 
 #: Seconds an unused warm kernel on YARN waits here before it is released.
 RELEASE_S = 8
-
-
-def yarn_server_environment(cluster: HadoopTestCluster) -> dict[str, str]:
-    """What ScaleLab's spawner gives a server for ``spark_master = "yarn"``: the Spark and
-    Hadoop variables (the store and kernels stay the harness's)."""
-    env = server_environment(
-        store_url="file:///unused",
-        store_options={},
-        spark_master="yarn",
-        spark_driver_memory="1g",
-        spark_conf=YARN_SPARK_CONF,
-        hadoop_conf_dir=str(cluster.conf_dir),
-    )
-    return {k: v for k, v in env.items() if k.startswith(("SCALELAB_SPARK", "HADOOP", "YARN"))}
 
 
 def _app(cluster: HadoopTestCluster, app_id: str) -> dict:
