@@ -40,7 +40,8 @@ users), so both contenders read at memory speed through the datanode's transfer 
 ratio compares decoding, shuffling and the hand-over from the workers with that.
 
 Usage: ``.venv/bin/python bench/hdfs_stream.py [--quick] [--workers N] [--rounds N] [--tmp DIR]``.
-``--child MODE JSON`` runs one contender and prints its JSON (the tests' memory check uses it).
+``--child MODE JSON`` runs one contender and prints its JSON (the tests' memory check uses it,
+with ``epochs`` and ``persistent_workers``: the same workers over every epoch).
 """
 
 from __future__ import annotations
@@ -151,7 +152,12 @@ def child_stream(params: dict) -> dict:
         stack={"features": params.get("features", FEATURE_NAMES)},
         columns=["year"],
     )
-    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=params["workers"])
+    loader = torch.utils.data.DataLoader(
+        ds,
+        batch_size=None,
+        num_workers=params["workers"],
+        persistent_workers=params.get("persistent_workers", False) and params["workers"] > 0,
+    )
     cpu0 = sum(own_cpu_seconds())
     start = time.perf_counter()
     rows = 0

@@ -41,6 +41,14 @@ KIND_MARKERS = frozenset(
 )
 #: The course's real data sets, beside the repository (see ../shared/data/README.md).
 SHARED_DATA = REPO.parent / "shared" / "data"
+#: The suite's Spark defaults (C1-only JIT for its many short-lived JVMs: see the file).
+SPARK_CONF_DIR = TESTS / "support" / "spark-conf"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every Spark the tests start, in this process or below it, reads the suite's defaults
+    (the test hubs pass ``SPARK_CONF_DIR`` on to their servers)."""
+    os.environ["SPARK_CONF_DIR"] = str(SPARK_CONF_DIR)
 
 
 def folder_markers(path: Path) -> tuple[str, ...]:

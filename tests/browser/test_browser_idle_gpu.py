@@ -25,8 +25,8 @@ from tests.conftest import REPO
 from tests.integration.hub.test_culling_hub import _holder_gpu, _running, _wait, culling_hub
 from tests.support.hubproc import ScaleLabUp
 
-GPU_IDLE_TIMEOUT_S = 90
-GPU_IDLE_WARNING_S = 75  # warned about 15 s into the idle spell, stopped 75 s later
+GPU_IDLE_TIMEOUT_S = 60
+GPU_IDLE_WARNING_S = 48  # warned about 12 s into the idle spell, stopped 48 s later
 TOAST = ".Toastify__toast"
 SCREENSHOT = REPO / "docs" / "screenshot-idle-gpu-toast.png"
 

@@ -5,7 +5,8 @@ service whose token has JupyterHub's built-in admin role, for the REST calls, an
 ``extra_config`` lines of the test's (e.g. a declared GPU inventory). Its servers keep no warm
 PySpark kernel unless the test asks (``warm_spark=True``, for tests that run PySpark kernels
 through the hub): an idle kernel and driver JVM per server costs 15-18 s of CPU that tests of
-GPUs, culling or faults never use, on the suite's 2 cores (issue 30).
+GPUs, culling or faults never use, on the suite's 2 cores (issue 30). The servers keep the
+suite's ``SPARK_CONF_DIR`` (tests/support/spark-conf).
 """
 
 from __future__ import annotations
@@ -51,10 +52,12 @@ TWO_FAKE_GPUS = (
 NO_WARM_KERNEL = "--WarmKernelManager.warm_pyspark=False"
 
 
-def warm_kernel_config(warm_spark: bool) -> str:
-    """The hub configuration line that gives servers :data:`NO_WARM_KERNEL`, unless
-    ``warm_spark`` (a spawner class's own ``args`` setting replaces it)."""
-    return "" if warm_spark else f"c.Spawner.args = [{NO_WARM_KERNEL!r}]\n"
+def servers_config(warm_spark: bool) -> str:
+    """The test hubs' lines for their servers: :data:`NO_WARM_KERNEL`, unless ``warm_spark`` (a
+    spawner class's own ``args`` setting replaces it); and ``SPARK_CONF_DIR`` passed on, so that
+    their Sparks read the suite's defaults (tests/support/spark-conf, set by tests/conftest.py)."""
+    keep = "c.Spawner.env_keep.append('SPARK_CONF_DIR')\n"
+    return keep if warm_spark else keep + f"c.Spawner.args = [{NO_WARM_KERNEL!r}]\n"
 
 
 # The last line of the banner: everything scalelab up prints on start is in `output` by then.
@@ -88,7 +91,7 @@ class ScaleLabUp:
             "]\n"
             "c.JupyterHub.load_roles = [\n"
             "    {'name': 'admin', 'services': ['scalelab-tests']},\n"
-            "]\n" + warm_kernel_config(warm_spark) + extra_config
+            "]\n" + servers_config(warm_spark) + extra_config
         )
         self.argv = [
             sys.executable, "-m", "scalelab", "up",
@@ -335,7 +338,7 @@ class PlainHub:
         (state / "homes").mkdir(parents=True)
         ops = state / "ops_config.py"
         ops.write_text(
-            warm_kernel_config(warm_spark)
+            servers_config(warm_spark)
             + extra_config
             + f"c.JupyterHub.services = [{{'name': 'tests', 'api_token': {self.token!r}}}]\n"
             + "c.JupyterHub.load_roles = [{'name': 'admin', 'services': ['tests']}]\n"

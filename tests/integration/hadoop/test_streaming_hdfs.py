@@ -187,11 +187,13 @@ def test_hdfs_natives_own_file_system_hangs_in_a_child_that_the_store_does_not(
 
 def _stream_peak(url: str, path: str, epochs: int, hdfs_cluster: HadoopTestCluster) -> dict:
     """``bench/hdfs_stream.py``'s stream contender in a child process of its own: the features
-    stacked, 2 workers, a 2,048-row buffer; its peak PSS (the child and its workers)."""
+    stacked, 2 persistent workers (the same two over every epoch), a 2,048-row buffer; its peak
+    PSS (the child and its workers)."""
     params = {
         "url": url,
         "path": path,
         "workers": 2,
+        "persistent_workers": True,
         "epochs": epochs,
         "batch_size": 256,
         "buffer_rows": 2048,
@@ -220,9 +222,10 @@ def test_memory_stays_flat_however_many_shards_are_streamed(
 ):
     """Every shard 2 times against 24 times (22 epochs more, 59 MiB more features): the peak
     memory of the child and its workers grows by less than half of what was streamed more, so
-    rows are not kept. Both runs start new workers each epoch, whose predecessors linger on a
-    busy host (up to 17 MiB of the peak), so that noise is in both peaks; a stream that kept
-    its rows would grow by all of it."""
+    rows are not kept. The same two workers serve every epoch, so a worker that kept its rows
+    would grow by all of it. (Workers started anew each epoch made the peak count the last
+    epoch's, still exiting on a busy host, beside the new ones: 45 MiB of growth in one CI
+    run, noise that grew with the epochs.)"""
     short = _stream_peak(url, SONGS, 2, hdfs_cluster)
     long = _stream_peak(url, SONGS, 24, hdfs_cluster)
     assert short["rows"] == 2 * TOTAL and long["rows"] == 24 * TOTAL

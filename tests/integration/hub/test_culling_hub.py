@@ -22,7 +22,7 @@ from tests.integration.hub.test_ops_hub import execute_when_ready
 from tests.support import fake_gpus
 from tests.support.hubproc import TWO_FAKE_GPUS, ScaleLabUp, execute, running
 
-IDLE_TIMEOUT_S = 90
+IDLE_TIMEOUT_S = 60
 GPU_IDLE_TIMEOUT_S = 30
 
 
