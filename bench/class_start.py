@@ -57,22 +57,15 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._run_info import RunInfo, vm_hwm
+from bench.hub_load import BARE_HUB
 from scalelab.commands.up import find_proxy
 from scalelab.common.ports import free_port
 from tests.support.hubproc import PlainHub, execute, form_login
 
-#: The plain JupyterHub: upstream's parts only (cf. bench/hub_load.py's, with real servers).
-PLAIN = """\
-c.JupyterHub.ip = "127.0.0.1"
-c.JupyterHub.port = {port}
-c.JupyterHub.hub_ip = "127.0.0.1"
-c.JupyterHub.hub_port = {hub_port}
-c.JupyterHub.db_url = "sqlite:///{state}/jupyterhub.sqlite"
-c.JupyterHub.cookie_secret_file = "{state}/jupyterhub_cookie_secret"
-c.JupyterHub.pid_file = "{state}/jupyterhub.pid"
-c.ConfigurableHTTPProxy.command = {proxy!r}
-c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
-c.ConfigurableHTTPProxy.pid_file = "{state}/jupyterhub-proxy.pid"
+#: The plain JupyterHub: upstream's parts only (bench/hub_load.py's, with real servers).
+PLAIN = (
+    BARE_HUB
+    + """\
 c.JupyterHub.authenticator_class = "dummy"
 c.DummyAuthenticator.password = {password!r}
 c.Authenticator.allow_all = True
@@ -86,6 +79,7 @@ c.Spawner.http_timeout = 600
 c.JupyterHub.services = [{{"name": "bench", "api_token": {token!r}}}]
 c.JupyterHub.load_roles = [{{"name": "admin", "services": ["bench"]}}]
 """
+)
 
 #: The first cell every student runs.
 FIRST_CELL = "1 + 1"

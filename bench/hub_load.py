@@ -71,8 +71,9 @@ c.ScaleLabSpawner.cmd = [{python!r}, {tiny!r}]
 c.JupyterHub.concurrent_spawn_limit = {batch}
 """
 
-#: A plain JupyterHub: nothing of ScaleLab's (no spawner, handlers, templates or services).
-BARE = """\
+#: A plain JupyterHub's own parts on loopback (ports, SQLite, configurable-http-proxy), the
+#: start of every plain hub the benches run (bench/class_start.py's too).
+BARE_HUB = """\
 c.JupyterHub.ip = "127.0.0.1"
 c.JupyterHub.port = {port}
 c.JupyterHub.hub_ip = "127.0.0.1"
@@ -80,10 +81,16 @@ c.JupyterHub.hub_port = {hub_port}
 c.JupyterHub.db_url = "sqlite:///{state}/jupyterhub.sqlite"
 c.JupyterHub.cookie_secret_file = "{state}/jupyterhub_cookie_secret"
 c.JupyterHub.pid_file = "{state}/jupyterhub.pid"
-c.JupyterHub.concurrent_spawn_limit = {batch}
 c.ConfigurableHTTPProxy.command = {proxy!r}
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
 c.ConfigurableHTTPProxy.pid_file = "{state}/jupyterhub-proxy.pid"
+"""
+
+#: A plain JupyterHub: nothing of ScaleLab's (no spawner, handlers, templates or services).
+BARE = (
+    BARE_HUB
+    + """\
+c.JupyterHub.concurrent_spawn_limit = {batch}
 c.JupyterHub.authenticator_class = "null"
 c.JupyterHub.spawner_class = "jupyterhub.spawner.SimpleLocalProcessSpawner"
 c.SimpleLocalProcessSpawner.home_dir_template = "{state}/homes/{{username}}"
@@ -91,6 +98,7 @@ c.SimpleLocalProcessSpawner.cmd = [{python!r}, {tiny!r}]
 c.JupyterHub.services = [{{"name": "tests", "api_token": {token!r}}}]
 c.JupyterHub.load_roles = [{{"name": "admin", "services": ["tests"]}}]
 """
+)
 
 #: The request mix both hubs take: JupyterHub's own REST API, in turn.
 MIX_PATHS = ["/users/{user}", "/users?state=active", "/"]

@@ -133,8 +133,26 @@ def _heap(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explana
 _CONTAINER_USAGE = re.compile(r"([\d.]+ [KMGT]?B) of ([\d.]+ [KMGT]?B) physical memory used")
 
 
+#: A JVM size as Spark reads ``spark.executor.memoryOverhead``: a number, MiB without a unit.
+_JVM_SIZE = re.compile(r"(\d+)([kmgt]?)b?", re.I)
+_MIB_PER_UNIT = {"k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024 * 1024}
+
+
+def suggested_overhead(overhead: str | None) -> str:
+    """A larger ``spark.executor.memoryOverhead`` to suggest: twice ``overhead`` (a JVM size,
+    MiB without a unit), at least 1g; ``"1g"`` when it is unset or unreadable (Spark's default,
+    max(384 MiB, 10 % of the heap), is below that). Whole GiB as ``"<n>g"``, else ``"<n>m"``
+    (pure)."""
+    found = _JVM_SIZE.fullmatch((overhead or "").strip())
+    if not found:
+        return "1g"
+    mib = max(1024, 2 * int(int(found.group(1)) * _MIB_PER_UNIT[found.group(2).lower()]))
+    return f"{mib // 1024}g" if mib % 1024 == 0 else f"{mib}m"
+
+
 def _overhead(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:
     overhead = conf.get("spark.executor.memoryOverhead") or "max(384m, 10% of executor memory)"
+    more = suggested_overhead(conf.get("spark.executor.memoryOverhead"))
     heap = _size(conf, "spark.executor.memory", "1g")
     if conf.get("spark.memory.offHeap.enabled", "false").lower() == "true":
         off_heap = (
@@ -155,12 +173,12 @@ def _overhead(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Exp
         "spark.executor.memoryOverhead: Python workers (UDFs, mapPartitions, pandas), Arrow "
         "buffers, the JVM's own.",
         ("spark.executor.memoryOverhead", "spark.memory.offHeap.size", "spark.executor.memory"),
-        f"raise spark.executor.memoryOverhead (now {overhead}), e.g. to 1g or 2g, for Python "
+        f"raise spark.executor.memoryOverhead (now {overhead}), e.g. to {more}, for Python "
         f"and native memory; {off_heap}; spark.executor.memory (now {heap}) is the heap "
         "only: raise it for a Java OutOfMemoryError, not for this. "
         "Set them when the session is made: spark.stop(), then spark = SparkSession.builder"
-        ".config('spark.executor.memoryOverhead', '1g').getOrCreate(); or give each task less "
-        "data (more, smaller partitions).",
+        f".config('spark.executor.memoryOverhead', '{more}').getOrCreate(); or give each task "
+        "less data (more, smaller partitions).",
     )
 
 

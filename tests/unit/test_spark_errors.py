@@ -7,7 +7,13 @@ from __future__ import annotations
 import pytest
 from py4j.protocol import Py4JError
 
-from scalelab.kernels.spark_errors import Explanation, describe, explain, printable
+from scalelab.kernels.spark_errors import (
+    Explanation,
+    describe,
+    explain,
+    printable,
+    suggested_overhead,
+)
 
 LOCAL = {"spark.master": "local[2]", "spark.driver.memory": "1g"}
 CLUSTER = {"spark.master": "spark://127.0.0.1:7077", "spark.driver.memory": "1g"}
@@ -143,6 +149,18 @@ def test_an_executor_killed_by_yarn_for_memory_names_the_executors_settings_not_
     assert "spark.memory.offHeap.size=1g) and the container must hold it too" in on.fix
     # The driver's own heap failure stays the driver's.
     assert explain(EXECUTOR_HEAP, LOCAL, {}).settings == ("spark.driver.memory",)
+
+
+def test_the_overhead_suggested_is_larger_than_the_one_that_was_too_small():
+    """Regression: a rank's container killed with 2560m of overhead was told "e.g. to 1g or
+    2g"."""
+    killed = explain(YARN_OVERHEAD, {**YARN, "spark.executor.memoryOverhead": "2560m"}, {})
+    assert "(now 2560m), e.g. to 5g," in killed.fix
+    assert ".config('spark.executor.memoryOverhead', '5g')" in killed.fix
+    assert "e.g. to 1g," in explain(YARN_OVERHEAD, YARN, {}).fix  # unset: Spark's default
+    assert [
+        suggested_overhead(v) for v in ("384", "384m", "768M", "1g", "1536m", "2G", "x", "")
+    ] == ["1g", "1g", "1536m", "2g", "3g", "4g", "1g", "1g"]
 
 
 def test_a_yarn_master_without_the_clusters_configuration_names_hadoop_conf_dir():

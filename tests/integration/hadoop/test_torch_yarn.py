@@ -3,9 +3,10 @@ on the test cluster's ResourceManager and two NodeManagers (``tests/support/hado
 
 The kernel's ``spark`` runs on YARN with ScaleLab's settings only (as in
 ``tests/integration/hadoop/test_spark_yarn.py``), its executors sized for a rank: 512 MiB of heap
-and 2560 MiB of
-overhead, a 3 GiB container (the executor's JVM, torchrun and the rank, the last two each
-importing torch, under YARN's physical-memory check). Two ranks, one in each executor's
+and 2944 MiB of
+overhead, a 3,456 MiB container (the executor's JVM, torchrun and the rank, the last two each
+importing torch, under YARN's physical-memory check), the largest beside a 640 MiB application
+master (256 MiB of heap) in a NodeManager's 4 GiB. Two ranks, one in each executor's
 container, train over gloo on the student's shards (every sample once per epoch across the
 ranks) and say which YARN container they ran in.
 """
@@ -23,8 +24,14 @@ from tests.integration.spark.test_torch_distributor import SHARDS, TRAIN
 from tests.support.hadoopcluster import HadoopTestCluster
 from tests.support.kernelrun import Kernel, folded_traces
 
-#: Executors sized for a PyTorch rank (a 3 GiB container each).
-RANK_EXECUTORS = {"spark.executor.memory": "512m", "spark.executor.memoryOverhead": "2560m"}
+#: Executors sized for a PyTorch rank: 3,456 MiB containers (3 GiB ones measured 2.9-3.1 GB by
+#: YARN's count on a busy host, and were killed in 3 of 4 whole-suite runs of 2026-12-07), and a
+#: smaller application master, so that one fits beside a rank in a 4 GiB NodeManager.
+RANK_EXECUTORS = {
+    "spark.executor.memory": "512m",
+    "spark.executor.memoryOverhead": "2944m",
+    "spark.yarn.am.memory": "256m",
+}
 
 #: One epoch on YARN; each rank's container (``TRAIN`` gathers ``CONTAINER_ID``, set by the
 #: NodeManager) and the ids each rank saw.
@@ -71,9 +78,9 @@ def test_two_ranks_train_in_two_yarn_containers_on_disjoint_shards(rank_kernel: 
     out = rank_kernel.run(ONE_EPOCH, timeout_s=600)
     if out["error"] is not None and YARN_MEMORY_KILL in out["stderr"]:
         # A rank's container (the executor's JVM, torchrun and the rank, both importing torch)
-        # measures 2.9-3.1 GB of its 3 GB by YARN's smaps count on a busy host: killed once in
-        # a whole-suite run of 2026-12-07. Spark replaces the executor; one more epoch, and the
-        # kill is shown (the container size is bound by the test cluster's 4 GiB NodeManagers).
+        # measured 2.9-3.1 GB by YARN's smaps count on a busy host, and 3 GiB containers were
+        # killed (RANK_EXECUTORS). Spark replaces the executor; one more epoch, and the kill is
+        # shown (the container size is bound by the test cluster's 4 GiB NodeManagers).
         print(f"YARN killed a rank's container once; again:\n{failure(out)[-3000:]}")
         out = rank_kernel.run(ONE_EPOCH, timeout_s=600)
     assert out["error"] is None, failure(out)
