@@ -28,13 +28,14 @@ students), ``stage_medians_s`` (sign-in, server ready, kernel started, answered:
 the release), ``failures`` (students with no answer, goal 0) and ``failure_reasons`` (the first
 few), ``hub_cpu_s`` (the hub process's CPU seconds, user + system, from the release to the last
 answer; median over rounds), ``hub_peak_rss_mib`` (the hub process's peak resident memory,
-``VmHWM``; the largest), ``used_mib_peak`` (the machine's used memory at its highest during
-the class, less before it; the largest); ``last_answer_ratio`` and ``p99_ratio``
-(scalelab / plain: the goal is at most 1.0); ``students``, ``rounds``, and the load average and
-CPU seconds every bench prints (``bench/_run_info.py``).
+``VmHWM``; the largest), ``used_mib_peak`` (the machine's used memory at its highest from the
+release until ``--settle`` seconds (30) after the last answer, less before it; the largest);
+``last_answer_ratio`` and ``p99_ratio`` (scalelab / plain: the goal is at most 1.0);
+``students``, ``rounds``, and the load average and CPU seconds every bench prints
+(``bench/_run_info.py``).
 
-Usage: ``.venv/bin/python bench/class_start.py [--students N] [--rounds R] [--quick]`` from the
-repository root (``--quick``: 8 students, 1 round).
+Usage: ``.venv/bin/python bench/class_start.py [--students N] [--rounds R] [--settle S]
+[--quick]`` from the repository root (``--quick``: 8 students, 1 round).
 """
 
 from __future__ import annotations
@@ -187,8 +188,10 @@ def _used_bytes() -> int:
     return memory.total - memory.available
 
 
-def class_start(hub: PlainHub, names: list[str]) -> dict:
-    """Release ``names`` together on ``hub`` (started); their stages and the hub's figures."""
+def class_start(hub: PlainHub, names: list[str], settle_s: float) -> dict:
+    """Release ``names`` together on ``hub`` (started); their stages and the hub's figures,
+    the machine's memory sampled until ``settle_s`` seconds after the last answer (what the
+    kernels start in the background, a Spark driver say, counts too)."""
     students = [Student(name) for name in names]
     release = threading.Barrier(len(students) + 1)
     t0: list[float] = []
@@ -208,6 +211,10 @@ def class_start(hub: PlainHub, names: list[str]) -> dict:
         used_peak = max(used_peak, _used_bytes())
         time.sleep(0.5)
     after = hub_proc.cpu_times()
+    settled = time.monotonic() + settle_s
+    while time.monotonic() < settled:
+        used_peak = max(used_peak, _used_bytes())
+        time.sleep(0.5)
     return {
         "students": students,
         "hub_cpu_s": (after.user + after.system) - (cpu.user + cpu.system),
@@ -251,13 +258,14 @@ def summary(runs: list[dict]) -> dict:
     }
 
 
-def one_turn(kind: str, tmp: Path, round_index: int, n: int) -> dict:
+def one_turn(kind: str, tmp: Path, round_index: int, n: int, settle_s: float) -> dict:
     """Start ``kind``'s hub anew, run the class start on it, close it with every server."""
     state = tmp / f"{kind}-{round_index}"
     hub = PlainHub(state, warm_spark=True) if kind == "scalelab" else PlainJupyterHub(state)
     try:
         hub.start()
-        return class_start(hub, [f"{kind[0]}{round_index}s{i:03d}" for i in range(n)])
+        names = [f"{kind[0]}{round_index}s{i:03d}" for i in range(n)]
+        return class_start(hub, names, settle_s)
     finally:
         hub.close()
 
@@ -267,6 +275,9 @@ def main() -> None:
     parser.add_argument("--students", type=int, default=40, help="students at once (40)")
     parser.add_argument("--rounds", type=int, default=1, help="turns of each hub (1)")
     parser.add_argument("--quick", action="store_true", help="8 students, 1 round")
+    parser.add_argument(
+        "--settle", type=float, default=30.0, help="seconds of memory readings after the class"
+    )
     args = parser.parse_args()
     if args.students < 1 or args.rounds < 1:
         parser.error("--students and --rounds must be 1 or more")
@@ -277,7 +288,7 @@ def main() -> None:
         for r in range(rounds):
             order = ["plain", "scalelab"] if r % 2 == 0 else ["scalelab", "plain"]
             for kind in order:
-                runs[kind].append(one_turn(kind, Path(tmp), r, n))
+                runs[kind].append(one_turn(kind, Path(tmp), r, n, args.settle))
     report: dict = {"students": n, "rounds": rounds}
     for kind, kind_runs in runs.items():
         report.update({f"{kind}_{key}": value for key, value in summary(kind_runs).items()})
