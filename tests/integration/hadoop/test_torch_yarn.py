@@ -25,8 +25,9 @@ from tests.support.hadoopcluster import HadoopTestCluster
 from tests.support.kernelrun import Kernel, folded_traces
 
 #: Executors sized for a PyTorch rank: 3,456 MiB containers (3 GiB ones measured 2.9-3.1 GB by
-#: YARN's count on a busy host, and were killed in 3 of 4 whole-suite runs of 2026-12-07), and a
-#: smaller application master, so that one fits beside a rank in a 4 GiB NodeManager.
+#: YARN's count on a busy host, and were killed in two whole-suite runs of 2026-12-07, twice in a
+#: row in one), and a smaller application master, so that one fits beside a rank in a 4 GiB
+#: NodeManager.
 RANK_EXECUTORS = {
     "spark.executor.memory": "512m",
     "spark.executor.memoryOverhead": "2944m",
