@@ -58,10 +58,8 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._run_info import RunInfo, vm_hwm
-from bench.hub_load import BARE_HUB
-from scalelab.commands.up import find_proxy
-from scalelab.common.ports import free_port
-from tests.support.hubproc import PlainHub, execute, form_login
+from bench.hub_load import BARE_HUB, BareHub
+from tests.support.hubproc import PlainHub, execute, form_login, progress_events
 
 #: The plain JupyterHub: upstream's parts only (bench/hub_load.py's, with real servers).
 PLAIN = (
@@ -86,34 +84,6 @@ c.JupyterHub.load_roles = [{{"name": "admin", "services": ["bench"]}}]
 FIRST_CELL = "1 + 1"
 
 
-class PlainJupyterHub(PlainHub):
-    """A plain JupyterHub (:data:`PLAIN`), started and closed by :class:`PlainHub`'s methods."""
-
-    def __init__(self, state: Path):
-        self.state = state
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.token = os.urandom(16).hex()
-        self.password = os.urandom(12).hex()
-        (state / "homes").mkdir(parents=True)
-        self.config = state / "jupyterhub_config.py"
-        self.config.write_text(
-            PLAIN.format(
-                port=self.port,
-                hub_port=free_port(),
-                proxy_api_port=free_port(),
-                state=state,
-                proxy=find_proxy(),
-                password=self.password,
-                python=sys.executable,
-                args=["--allow-root"] if os.geteuid() == 0 else [],
-                token=self.token,
-            )
-        )
-        self.proc = None
-        self.log = open(state / "hub.log", "ab")
-
-
 @dataclass
 class Student:
     """One student's way through the class start: seconds since the release at each stage."""
@@ -125,21 +95,6 @@ class Student:
 
 def _since(t0: float) -> float:
     return round(time.monotonic() - t0, 3)
-
-
-def _wait_ready(session: requests.Session, url: str, user: str, timeout_s: float) -> None:
-    """Read the spawn's progress stream (the spawn page's EventSource) until it says ready."""
-    progress = f"{url}/hub/api/users/{user}/server/progress"
-    with session.get(progress, stream=True, timeout=timeout_s) as response:
-        response.raise_for_status()
-        for line in response.iter_lines(decode_unicode=True):
-            if line and line.startswith("data:"):
-                event = json.loads(line[len("data:") :])
-                if event.get("ready"):
-                    return
-                if event.get("failed"):
-                    raise RuntimeError(f"spawn failed: {event.get('message')}")
-    raise RuntimeError("the progress stream ended without ready")
 
 
 def run_student(hub: PlainHub, student: Student, release: threading.Barrier, t0: list) -> None:
@@ -158,8 +113,12 @@ def run_student(hub: PlainHub, student: Student, release: threading.Barrier, t0:
             )
             if spawn.status_code not in (201, 202):
                 raise RuntimeError(f"spawn answered {spawn.status_code}: {spawn.text[:200]}")
-            if spawn.status_code == 202:
-                _wait_ready(session, hub.url, student.name, timeout_s=600)
+            if spawn.status_code == 202:  # pending: the spawn page's progress stream
+                events = progress_events(
+                    hub, student.name, lambda e: e.get("ready") or e.get("failed"), 600
+                )
+                if not events[-1].get("ready"):
+                    raise RuntimeError(f"spawn failed: {events[-1].get('message')}")
             student.stages["ready"] = _since(start)
         headers = {"Authorization": f"token {hub.token}"}
         kernel = requests.post(
@@ -261,7 +220,10 @@ def summary(runs: list[dict]) -> dict:
 def one_turn(kind: str, tmp: Path, round_index: int, n: int, settle_s: float) -> dict:
     """Start ``kind``'s hub anew, run the class start on it, close it with every server."""
     state = tmp / f"{kind}-{round_index}"
-    hub = PlainHub(state, warm_spark=True) if kind == "scalelab" else PlainJupyterHub(state)
+    args = ["--allow-root"] if os.geteuid() == 0 else []
+    hub = (
+        PlainHub(state, warm_spark=True) if kind == "scalelab" else BareHub(state, PLAIN, args=args)
+    )
     try:
         hub.start()
         names = [f"{kind[0]}{round_index}s{i:03d}" for i in range(n)]

@@ -109,28 +109,30 @@ GPU_BOARD_PATHS = ["/scalelab/gpus"]
 
 
 class BareHub(PlainHub):
-    """A plain JupyterHub (``BARE``) run by :class:`~tests.support.hubproc.PlainHub`'s start and
-    close."""
+    """A plain JupyterHub run by :class:`~tests.support.hubproc.PlainHub`'s start and close, its
+    configuration ``template`` (:data:`BARE`, or another that starts with :data:`BARE_HUB`)
+    formatted with its ports, state folder, proxy, Python, admin token and password (the bare
+    hub ignores the password; PlainHub.start exports it) and ``fields``."""
 
-    def __init__(self, state: Path, tiny: str, batch: int):
+    def __init__(self, state: Path, template: str = BARE, **fields: object):
         self.state = state
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = os.urandom(16).hex()
-        self.password = os.urandom(12).hex()  # PlainHub.start exports it; the bare hub ignores it
+        self.password = os.urandom(12).hex()
         (state / "homes").mkdir(parents=True)
         self.config = state / "jupyterhub_config.py"
         self.config.write_text(
-            BARE.format(
+            template.format(
                 port=self.port,
                 hub_port=free_port(),
                 proxy_api_port=free_port(),
                 state=state,
-                batch=batch,
                 proxy=find_proxy(),
                 python=sys.executable,
-                tiny=tiny,
                 token=self.token,
+                password=self.password,
+                **fields,
             )
         )
         self.proc = None
@@ -299,7 +301,9 @@ def main() -> None:
         )
         baseline = None
         if not args.no_baseline:
-            baseline = Target(BareHub(Path(tmp) / "baseline", tiny, batch), BASELINE_PATHS)
+            baseline = Target(
+                BareHub(Path(tmp) / "baseline", tiny=tiny, batch=batch), BASELINE_PATHS
+            )
         hubs = [t for t in (scalelab, baseline) if t is not None]
         recorder = None
         try:

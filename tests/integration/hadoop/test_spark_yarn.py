@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 
 from scalelab.hub_ext.server.logstream import list_logs
-from scalelab.spawner.environment import server_environment
-from tests.support.hadoopcluster import YARN_SPARK_CONF, HadoopTestCluster
+from tests.support.hadoopcluster import HadoopTestCluster, yarn_server_environment
 from tests.support.kernelrun import Kernel
 
 #: A Python worker's allocation well past its executor's 896 MiB container.
@@ -37,18 +36,7 @@ def yarn_environment(
     (and the course store of ``kernel_environment``), without pytest's ``PYTEST_CURRENT_TEST``
     (with it ipykernel would keep the JVM's own output out of the cells)."""
     env = {k: v for k, v in kernel_environment.items() if k != "PYTEST_CURRENT_TEST"}
-    env.update(
-        server_environment(
-            store_url=env["SCALELAB_STORE_URL"],
-            store_options={},
-            spark_master="yarn",
-            spark_driver_memory="1g",
-            spark_conf=YARN_SPARK_CONF,
-            hadoop_conf_dir=str(cluster.conf_dir),
-        )
-    )
-    env.pop("JUPYTER_PATH", None)  # server_environment's is empty here: keep the fixture's
-    env["JUPYTER_PATH"] = kernel_environment["JUPYTER_PATH"]
+    env.update(yarn_server_environment(cluster))
     env["SCALELAB_LOG_DIR"] = str(log_dir)
     return env
 

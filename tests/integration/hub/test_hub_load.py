@@ -22,7 +22,7 @@ TINY = str(REPO / "bench" / "tiny_server.py")
 def test_baseline_is_plain_jupyterhub(tmp_path: Path) -> None:
     """The baseline runs none of ScaleLab: no GPU board, no ScaleLab services or spawner, and
     the bench's load on it succeeds."""
-    hub = BareHub(tmp_path / "baseline", TINY, batch=2)
+    hub = BareHub(tmp_path / "baseline", tiny=TINY, batch=2)
     assert "scalelab" not in hub.config.read_text().lower()
     try:
         hub.start()
