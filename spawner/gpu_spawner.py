@@ -47,6 +47,7 @@ from scalelab.spawner.profiles import (
 from scalelab.spawner.queue import DEFAULT_FAIR_SHARE_S_PER_GPU_HOUR
 from scalelab.spawner.refusals import OptionsRefused, refuse
 from scalelab.spawner.spark_grants import SparkGrant
+from scalelab.spawner.start_queue import StartQueueMixin, StartQueueTimeout
 from scalelab.spawner.start_watch import describe_exit, spawn_failure
 from scalelab.templates import templates_dir
 
@@ -114,7 +115,7 @@ def format_wait(seconds: float) -> str:
     return f"about {seconds / 3600:.1f} h"
 
 
-class GPUSpawnerMixin(Spawner):
+class GPUSpawnerMixin(StartQueueMixin, Spawner):
     """GPU profiles, allocation and queue: the GPU part of
     :class:`~scalelab.spawner.course.CourseSpawnerMixin`, which spawner classes use (it gives
     the Spark driver memory of the spawn form, :meth:`spark_memory_offer`).
@@ -403,6 +404,8 @@ class GPUSpawnerMixin(Spawner):
         if self._base_start_timeout is None:
             self._base_start_timeout = self.start_timeout  # as configured
         queue_s = (self.gpu_queue_timeout or _NO_QUEUE_LIMIT_S) if request.gpus else 0
+        if self.concurrent_starts > 0:  # the wait for a turn to start (start_turn)
+            queue_s += self.start_queue_timeout
         self.start_timeout = int(self._base_start_timeout + queue_s)
 
     def _apply_profile_limits(self, profile: Profile) -> None:
@@ -570,8 +573,10 @@ class GPUSpawnerMixin(Spawner):
     # -- progress on the pending page ------------------------------------------------------------
 
     async def progress(self):
-        """Queue position and estimated wait while waiting; then what was granted."""
+        """Queue position and estimated wait while waiting for GPUs, the place in the line of
+        starts (``concurrent_starts``); then what was granted."""
         announced = False
+        last_place = None
         note = self._exit_notes.get(self.server_key)
         if note:
             yield {"progress": 0, "message": note}
@@ -595,6 +600,21 @@ class GPUSpawnerMixin(Spawner):
                         "wait_s": None if math.isinf(status.wait_s) else round(status.wait_s),
                     },
                 }
+            elif (place := self.start_queue_place()) is not None:
+                if place != last_place:  # told once per move in the line
+                    last_place = place
+                    yield {
+                        "progress": 30,
+                        "message": (
+                            f"Waiting to start: {place.starting} servers are starting now (at "
+                            f"most {place.limit} at once); you are number {place.position} of "
+                            f"{place.length} in line."
+                        ),
+                        "scalelab_start_queue": {
+                            "position": place.position,
+                            "length": place.length,
+                        },
+                    }
             elif self._holding is not None and not announced:
                 announced = True
                 what = ", ".join(self._holding.gpus) if self._holding.gpus else "CPU only"
@@ -651,7 +671,21 @@ class GPUSpawnerMixin(Spawner):
         self._resumed = False
         try:
             await self.allocate_gpus()
-            url = await super().start()
+            async with self.start_turn():
+                # With a line of starts, the hub's start_timeout covers the queues too, and
+                # the start itself gets the configured one.
+                timeout = self._base_start_timeout if self.concurrent_starts > 0 else None
+                url = await asyncio.wait_for(super().start(), timeout)
+        except StartQueueTimeout as exc:
+            await self.release_gpus()
+            self._forget_options()
+            raise spawn_failure(
+                f"The hub is starting many servers at once: after {exc.timeout_s:.0f} s in "
+                f"line, {exc.ahead} start(s) were still before yours. Start your server again "
+                "in a minute; your files are kept.",
+                reason="start_queue_timeout",
+                log_message=f"{self.server_key}: {exc} (ScaleLabSpawner.start_queue_timeout)",
+            ) from None
         except asyncio.CancelledError:
             # JupyterHub interrupting the spawn (a stop follows, which withdraws the request
             # from the saved queue too) or the hub shutting down (the saved queue keeps it).

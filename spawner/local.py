@@ -209,6 +209,11 @@ class ScaleLabSpawner(
         if problem:
             raise ValueError(problem)
 
+    @default("concurrent_starts")
+    def _default_concurrent_starts(self) -> int:
+        # Local servers start on the hub's host: one start a core (StartQueueMixin's help).
+        return os.cpu_count() or 1
+
     @default("cmd")
     def _default_cmd(self) -> list[str]:
         # The hub's own interpreter: the server gets ScaleLab's Python whatever PATH says.

@@ -101,7 +101,9 @@ def embedded_config(s: UpSettings, password: str) -> Config:
     c.JupyterHub.pid_file = str(state.hub_pid)
     c.JupyterHub.cleanup_servers = True
     c.JupyterHub.cleanup_proxy = True
-    c.JupyterHub.concurrent_spawn_limit = 10  # more pending spawns: 429 "Try again"
+    # No 429 "try again" for a class logging in at once: the spawner's line of starts
+    # (ScaleLabSpawner.concurrent_starts) bounds the starts, and GPU-queued ones do not count.
+    c.JupyterHub.concurrent_spawn_limit = 0
     c.ConfigurableHTTPProxy.command = list(s.proxy_command)
     c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{s.proxy_api_port}"
     c.ConfigurableHTTPProxy.pid_file = str(state.proxy_pid)

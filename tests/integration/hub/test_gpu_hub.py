@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -52,8 +53,12 @@ def hub(tmp_path: Path):
 
 @pytest.fixture
 def queue_hub(tmp_path: Path):
-    """The GPU hub with a start_timeout short enough to be outwaited in the queue."""
-    with running(_gpu_hub(tmp_path, f"c.Spawner.start_timeout = {START_TIMEOUT_S}\n")) as up:
+    """The GPU hub with a start_timeout short enough to be outwaited in the queue, and one
+    server starting at a time (the line of starts, ``concurrent_starts``)."""
+    extra = (
+        f"c.Spawner.start_timeout = {START_TIMEOUT_S}\nc.ScaleLabSpawner.concurrent_starts = 1\n"
+    )
+    with running(_gpu_hub(tmp_path, extra)) as up:
         yield up
 
 
@@ -62,6 +67,15 @@ def _start(hub: ScaleLabUp, user: str, options: dict | None):
         assert hub.api("POST", f"/users/{user}").status_code == 201
     body = None if options is None else {"user_options": options}
     return hub.api("POST", f"/users/{user}/server", json=body)
+
+
+def _progress_until_ready(hub: ScaleLabUp, user: str) -> list[dict]:
+    """``user``'s progress events from their spawn's start (waited for) until it is ready."""
+    deadline = time.monotonic() + 60
+    while not hub.api("GET", f"/users/{user}").json().get("servers", {}).get(""):  # not yet: 404
+        assert time.monotonic() < deadline, f"{user}'s spawn never began"
+        time.sleep(0.1)
+    return progress_events(hub, user, lambda e: e.get("ready"), timeout_s=120)
 
 
 def _wait_ready(hub: ScaleLabUp, user: str, timeout_s: float = 120) -> dict:
@@ -138,9 +152,27 @@ def test_exclusive_gpus_queue_with_visible_position_and_cancel(queue_hub: ScaleL
     deadline = time.monotonic() + 30
     while hub.api("GET", "/users/dave").json()["servers"] and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _start(hub, "dave", {"profile": "cpu"}).status_code in (201, 202)
-    _wait_ready(hub, "dave")
-    assert _gpus(hub, "dave") == ""
+    # dave, erin and fred start CPU-only at once while carol waits for a GPU: no 429 (the
+    # hub's concurrent_spawn_limit is off under scalelab up), a GPU-queued start holds no turn,
+    # and they start one at a time (concurrent_starts = 1), the last told its place in line
+    trio = ("dave", "erin", "fred")
+    with ThreadPoolExecutor(len(trio) * 2) as pool:
+        watched = [pool.submit(_progress_until_ready, hub, user) for user in trio]
+        started = [pool.submit(_start, hub, user, {"profile": "cpu"}) for user in trio]
+        assert [f.result().status_code in (201, 202) for f in started] == [True] * 3
+        places = [e for f in watched for e in f.result() if "scalelab_start_queue" in e]
+    assert places and {e["scalelab_start_queue"]["position"] for e in places} <= {1, 2}, places
+    assert "(at most 1 at once); you are number" in places[0]["message"], places
+    for user in trio:
+        _wait_ready(hub, user)
+        assert _gpus(hub, user) == ""
+    turns = re.findall(r"(\S+): turn to start (after|ended)", log.read_text())
+    starting: set[str] = set()
+    for key, what in turns:
+        (starting.add if what == "after" else starting.discard)(key)
+        assert len(starting) <= 1, turns
+    assert {"dave/", "erin/", "fred/"} <= {key for key, _ in turns}
+    assert "carol/" not in {key for key, _ in turns}  # still in the GPU queue
 
     # alice stops: her GPU goes to carol, the head of the queue, who has waited longer than
     # JupyterHub's start_timeout without her spawn being killed
