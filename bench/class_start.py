@@ -35,7 +35,9 @@ release until ``--settle`` seconds (30) after the last answer, less before it; t
 (``bench/_run_info.py``).
 
 Usage: ``.venv/bin/python bench/class_start.py [--students N] [--rounds R] [--settle S]
-[--quick]`` from the repository root (``--quick``: 8 students, 1 round).
+[--concurrent-starts K] [--quick]`` from the repository root (``--quick``: 8 students, 1
+round; ``--concurrent-starts``: ScaleLab's ``c.ScaleLabSpawner.concurrent_starts``, default
+its own, 20).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._run_info import RunInfo, vm_hwm
 from bench.hub_load import BARE_HUB, BareHub
+from scalelab.spawner.start_queue import LOCAL_CONCURRENT_STARTS
 from tests.support.hubproc import PlainHub, execute, form_login, progress_events
 
 #: The plain JupyterHub: upstream's parts only (bench/hub_load.py's, with real servers).
@@ -217,12 +220,18 @@ def summary(runs: list[dict]) -> dict:
     }
 
 
-def one_turn(kind: str, tmp: Path, round_index: int, n: int, settle_s: float) -> dict:
-    """Start ``kind``'s hub anew, run the class start on it, close it with every server."""
+def one_turn(
+    kind: str, tmp: Path, round_index: int, n: int, settle_s: float, starts: int | None = None
+) -> dict:
+    """Start ``kind``'s hub anew, run the class start on it, close it with every server;
+    ``starts``: ScaleLab's ``concurrent_starts`` (None: its default)."""
     state = tmp / f"{kind}-{round_index}"
     args = ["--allow-root"] if os.geteuid() == 0 else []
+    extra = "" if starts is None else f"c.ScaleLabSpawner.concurrent_starts = {starts}\n"
     hub = (
-        PlainHub(state, warm_spark=True) if kind == "scalelab" else BareHub(state, PLAIN, args=args)
+        PlainHub(state, extra, warm_spark=True)
+        if kind == "scalelab"
+        else BareHub(state, PLAIN, args=args)
     )
     try:
         hub.start()
@@ -240,6 +249,12 @@ def main() -> None:
     parser.add_argument(
         "--settle", type=float, default=30.0, help="seconds of memory readings after the class"
     )
+    parser.add_argument(
+        "--concurrent-starts",
+        type=int,
+        default=None,
+        help="ScaleLab's c.ScaleLabSpawner.concurrent_starts (default: its own, 20)",
+    )
     args = parser.parse_args()
     if args.students < 1 or args.rounds < 1:
         parser.error("--students and --rounds must be 1 or more")
@@ -250,8 +265,14 @@ def main() -> None:
         for r in range(rounds):
             order = ["plain", "scalelab"] if r % 2 == 0 else ["scalelab", "plain"]
             for kind in order:
-                runs[kind].append(one_turn(kind, Path(tmp), r, n, args.settle))
-    report: dict = {"students": n, "rounds": rounds}
+                runs[kind].append(
+                    one_turn(kind, Path(tmp), r, n, args.settle, args.concurrent_starts)
+                )
+    report: dict = {
+        "students": n,
+        "rounds": rounds,
+        "concurrent_starts": args.concurrent_starts or LOCAL_CONCURRENT_STARTS,
+    }
     for kind, kind_runs in runs.items():
         report.update({f"{kind}_{key}": value for key, value in summary(kind_runs).items()})
     for key in ("last_answer_s", "p99_s"):

@@ -29,6 +29,7 @@ from scalelab.spawner.course import CourseSpawnerMixin
 from scalelab.spawner.homes import make_home
 from scalelab.spawner.sandbox import TMP, SandboxSpawnerMixin
 from scalelab.spawner.server_logs import ServerLogMixin, server_log_path
+from scalelab.spawner.start_queue import LOCAL_CONCURRENT_STARTS
 from scalelab.spawner.start_watch import StartWatchMixin
 from scalelab.spawner.system_users import (
     DEFAULT_PREFIX,
@@ -211,8 +212,7 @@ class ScaleLabSpawner(
 
     @default("concurrent_starts")
     def _default_concurrent_starts(self) -> int:
-        # Local servers start on the hub's host: one start a core (StartQueueMixin's help).
-        return os.cpu_count() or 1
+        return LOCAL_CONCURRENT_STARTS  # the servers start on this host (see its help)
 
     @default("cmd")
     def _default_cmd(self) -> list[str]:

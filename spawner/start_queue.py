@@ -19,6 +19,9 @@ from typing import ClassVar, NamedTuple
 from traitlets import Float, Integer
 from traitlets.config import LoggingConfigurable
 
+#: The local spawner's ``concurrent_starts``: servers starting on one host at once, at most.
+LOCAL_CONCURRENT_STARTS = 20
+
 
 class StartQueueTimeout(Exception):
     """A start waited longer than its ``timeout_s`` for its turn; ``ahead`` starts (starting,
@@ -138,11 +141,12 @@ class StartQueueMixin(LoggingConfigurable):
         arrival order, and their pending page says their place. A start's turn begins after
         its GPUs are granted and ends when its server listens (or its start fails), so a GPU
         queue holds no turn. 0: no bound (the Slurm and Kubernetes spawners' default: their
-        schedulers place servers on other hosts). The local spawner's default: the host's CPU
-        cores, since a server's start is a few seconds of one core's work and more at once
-        only share the cores. Use it instead of JupyterHub's `concurrent_spawn_limit`, which
-        refuses the extra starts with HTTP 429 and counts GPU-queued starts among them
-        (`scalelab up` sets that one to 0).""",
+        schedulers place servers on other hosts). The local spawner's default: 20. Lower is
+        not faster: on 2 cores, 12 students starting at once had their first cells answered
+        within 42 s, 2 at a time within 111 s (the first students' kernels took the cores
+        from the later starts; docs/benchmarks.md, class_start.py). Use it instead of
+        JupyterHub's `concurrent_spawn_limit`, which refuses the extra starts with HTTP 429
+        and counts GPU-queued starts among them (`scalelab up` sets that one to 0).""",
     )
 
     start_queue_timeout = Float(

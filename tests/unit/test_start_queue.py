@@ -186,3 +186,16 @@ def test_a_start_that_waits_too_long_in_line_fails_saying_so_and_holds_nothing(
         assert await first == ("127.0.0.1", 8888)
 
     asyncio.run(scenario())
+
+
+def test_local_servers_start_twenty_at_once_and_cluster_spawners_leave_it_to_their_scheduler(
+    no_pool,
+):
+    from scalelab.spawner import ScaleLabSpawner
+    from scalelab.spawner.kube_spawner import ScaleLabKubeSpawner
+    from scalelab.spawner.slurm import ScaleLabSlurmSpawner
+
+    assert ScaleLabSpawner().concurrent_starts == 20
+    assert ScaleLabSpawner().start_queue().limit == 20
+    for cluster in (ScaleLabSlurmSpawner, ScaleLabKubeSpawner):
+        assert cluster.concurrent_starts.default_value == 0, cluster
