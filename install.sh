@@ -115,6 +115,21 @@ if [[ ! -x .venv/bin/promtool ]]; then
   rm -rf "$promdir"
 fi
 
+# 4c. The Spark driver's class-data archive (kernels/spark_archive.py): every PySpark kernel's
+#     driver JVM maps Spark's classes from it instead of loading them from the jars (its session
+#     in about half the CPU time). Built again when Spark, Java or the builder changed.
+archive=.venv/share/scalelab/spark-driver.jsa
+archive_want=$({ .venv/bin/python -c 'import pyspark; print(pyspark.__version__)'; java -version 2>&1;
+  cat kernels/spark_archive.py; } | sha256sum | cut -d' ' -f1)
+if [[ ! -f $archive || $(cat "$archive.stamp" 2>/dev/null) != "$archive_want" ]]; then
+  say "the Spark driver's class-data archive (about 40 s)"
+  if .venv/bin/python -m scalelab.kernels.spark_archive >/dev/null; then
+    echo "$archive_want" > "$archive.stamp"
+  else
+    say "no class-data archive (see above): PySpark kernels load Spark from its jars, slower"
+  fi
+fi
+
 # 5. The HDFS test cluster (hadoop/testcluster: Hadoop's MiniDFSCluster, for the tests marked
 #    `hadoop`): Maven builds its jar and copies the jars it runs on into target/lib/, once (the
 #    first time downloads about 140 MB from Maven Central); tests never download. Without

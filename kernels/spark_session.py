@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from scalelab import envvars
 from scalelab.common.ports import free_port
 from scalelab.common.stderr_lines import Harmless, forward
-from scalelab.kernels import spark_gpu_grant, spark_gpus, spark_yarn
+from scalelab.kernels import spark_archive, spark_gpu_grant, spark_gpus, spark_yarn
 from scalelab.kernels.spark_defaults import (
     DEFAULT_DRIVER_MEMORY,
     DEFAULT_SPARK_MASTER,
@@ -124,6 +124,7 @@ def driver_conf(
     service_prefix: str = "",
     log4j_file: str | None = None,
     tmp_dir: str | None = None,
+    archive_options: Sequence[str] = (),
 ) -> dict[str, str]:
     """Spark settings the kernel adds to :func:`scalelab.kernels.spark_defaults.spark_conf` (pure).
 
@@ -140,6 +141,9 @@ def driver_conf(
         The server's temporary folder (``TMPDIR``): the driver JVM's ``java.io.tmpdir``, where
         Spark's artifact folders and the native libraries it unpacks (lz4, snappy) go; a JVM
         ignores ``TMPDIR`` and would use /tmp.
+    archive_options
+        The driver JVM's options that map the class-data archive
+        (:func:`scalelab.kernels.spark_archive.java_options`), if any.
 
     Returns
     -------
@@ -159,6 +163,7 @@ def driver_conf(
         options.append(java_property("log4j2.configurationFile", f"file:{log4j_file}"))
     if tmp_dir is not None:
         options.append(java_property("java.io.tmpdir", tmp_dir))
+    options.extend(archive_options)
     if options:
         conf["spark.driver.extraJavaOptions"] = " ".join(options)
     return conf
@@ -273,6 +278,7 @@ def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, 
         service_prefix=environ.get("JUPYTERHUB_SERVICE_PREFIX", ""),
         log4j_file=log4j_file,
         tmp_dir=environ.get("TMPDIR") or None,
+        archive_options=spark_archive.java_options(),
     )
     options = " ".join(
         filter(

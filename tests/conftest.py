@@ -41,14 +41,26 @@ KIND_MARKERS = frozenset(
 )
 #: The course's real data sets, beside the repository (see ../shared/data/README.md).
 SHARED_DATA = REPO.parent / "shared" / "data"
-#: The suite's Spark defaults (C1-only JIT for its many short-lived JVMs: see the file).
-SPARK_CONF_DIR = TESTS / "support" / "spark-conf"
+#: The suite's Spark drivers' JVM options (``SPARK_SUBMIT_OPTS``, read by ``spark-submit``):
+#: the JIT's first tier only (C1), for them and, as ``spark.*`` system properties their
+#: SparkConf reads, for their executors and YARN application masters. The suite starts many
+#: short-lived JVMs on 2 cores, where C2's compiling costs more CPU than it wins back (4 of
+#: test_spark_kernel.py's tests: 75 CPU seconds instead of 117). An environment variable, not a
+#: ``SPARK_CONF_DIR``: a folder on the driver's class path keeps its JVM from mapping ScaleLab's
+#: class-data archive (kernels/spark_archive.py). Test configuration only, not ScaleLab's.
+SPARK_SUBMIT_OPTS = " ".join(
+    [
+        "-XX:TieredStopAtLevel=1",
+        "-Dspark.executor.defaultJavaOptions=-XX:TieredStopAtLevel=1",
+        "-Dspark.yarn.am.extraJavaOptions=-XX:TieredStopAtLevel=1",
+    ]
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Every Spark the tests start, in this process or below it, reads the suite's defaults
-    (the test hubs pass ``SPARK_CONF_DIR`` on to their servers)."""
-    os.environ["SPARK_CONF_DIR"] = str(SPARK_CONF_DIR)
+    """Every Spark the tests start, in this process or below it, takes the suite's JVM options
+    (the test hubs pass ``SPARK_SUBMIT_OPTS`` on to their servers)."""
+    os.environ["SPARK_SUBMIT_OPTS"] = SPARK_SUBMIT_OPTS
 
 
 def folder_markers(path: Path) -> tuple[str, ...]:

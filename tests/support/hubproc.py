@@ -6,7 +6,7 @@ service whose token has JupyterHub's built-in admin role, for the REST calls, an
 PySpark kernel unless the test asks (``warm_spark=True``, for tests that run PySpark kernels
 through the hub): an idle kernel and driver JVM per server costs 15-18 s of CPU that tests of
 GPUs, culling or faults never use, on the suite's 2 cores (issue 30). The servers keep the
-suite's ``SPARK_CONF_DIR`` (tests/support/spark-conf).
+suite's ``SPARK_SUBMIT_OPTS`` (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ NO_WARM_KERNEL = "--WarmKernelManager.warm_pyspark=False"
 
 def servers_config(warm_spark: bool) -> str:
     """The test hubs' lines for their servers: :data:`NO_WARM_KERNEL`, unless ``warm_spark`` (a
-    spawner class's own ``args`` setting replaces it); and ``SPARK_CONF_DIR`` passed on, so that
-    their Sparks read the suite's defaults (tests/support/spark-conf, set by tests/conftest.py)."""
-    keep = "c.Spawner.env_keep.append('SPARK_CONF_DIR')\n"
+    spawner class's own ``args`` setting replaces it); and ``SPARK_SUBMIT_OPTS`` passed on, so
+    that their Sparks take the suite's JVM options (set by tests/conftest.py)."""
+    keep = "c.Spawner.env_keep.append('SPARK_SUBMIT_OPTS')\n"
     return keep if warm_spark else keep + f"c.Spawner.args = [{NO_WARM_KERNEL!r}]\n"
 
 

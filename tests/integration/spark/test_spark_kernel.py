@@ -4,6 +4,7 @@ the failing cell, naming the setting to change."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -26,7 +27,10 @@ def _env(kernel_environment: dict[str, str], tmp_path: Path, **extra: str) -> di
 def test_first_cell_runs_while_spark_starts_then_spark_works(
     kernel_environment: dict[str, str], tmp_path: Path
 ):
-    env = _env(kernel_environment, tmp_path, SCALELAB_GPUS="GPU-fake-0000")
+    # Which classes the driver JVM loaded, and from where (an ops' option, kept before ours).
+    loaded = tmp_path / "classes.log"
+    ops = json.dumps({"spark.driver.extraJavaOptions": f"-Xlog:class+load=info:file={loaded}"})
+    env = _env(kernel_environment, tmp_path, SCALELAB_GPUS="GPU-fake-0000", SCALELAB_SPARK_CONF=ops)
     with Kernel("scalelab-pyspark", env, cwd=str(tmp_path)) as kernel:
         first = kernel.run("type(spark).__name__, spark.done(), 6 * 7")
         # The session takes seconds to build; the first cell did not wait for it.
@@ -55,6 +59,9 @@ def test_first_cell_runs_while_spark_starts_then_spark_works(
         logs = list((tmp_path / "logs").glob("spark-driver-*.log"))
         assert len(logs) == 1
         assert "INFO SparkContext: Running Spark version" in logs[0].read_text()
+    # Spark's classes came from the class-data archive install.sh built, not from the jars.
+    classes = loaded.read_text()
+    assert "org.apache.spark.SparkContext source: shared objects file (top)" in classes
 
 
 def test_store_is_the_same_for_spark_and_fsspec(kernel_environment: dict[str, str], tmp_path: Path):
