@@ -158,12 +158,11 @@ def driver_conf(
             # The UI's redirects (its root, the logo: to /jobs/) go to <proxyBase>/jobs/ on
             # the address the browser used, not to the hub's /jobs/.
             conf["spark.ui.proxyRedirectUri"] = "/"
-    options = []
+    options = list(archive_options)
     if log4j_file is not None:
         options.append(java_property("log4j2.configurationFile", f"file:{log4j_file}"))
     if tmp_dir is not None:
         options.append(java_property("java.io.tmpdir", tmp_dir))
-    options.extend(archive_options)
     if options:
         conf["spark.driver.extraJavaOptions"] = " ".join(options)
     return conf
@@ -278,7 +277,10 @@ def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, 
         service_prefix=environ.get("JUPYTERHUB_SERVICE_PREFIX", ""),
         log4j_file=log4j_file,
         tmp_dir=environ.get("TMPDIR") or None,
-        archive_options=spark_archive.java_options(),
+        # On YARN the Hadoop configuration folder is on the driver's class path: no archive.
+        archive_options=[]
+        if spark_yarn.is_yarn(conf["spark.master"])
+        else (spark_archive.java_options()),
     )
     options = " ".join(
         filter(

@@ -23,9 +23,8 @@ def test_the_driver_maps_the_archive_when_there_is_one_and_never_says_so(tmp_pat
     assert spark_archive.java_options(spaced)[0] == f'"-XX:SharedArchiveFile={spaced}"'
 
 
-def test_the_archive_options_follow_the_drivers_own():
+def test_the_archive_options_come_before_the_drivers_own():
     conf = driver_conf(tmp_dir="/tmp/x", archive_options=["-XX:SharedArchiveFile=/a.jsa"])
     assert conf["spark.driver.extraJavaOptions"] == (
-        "-Djava.io.tmpdir=/tmp/x -XX:SharedArchiveFile=/a.jsa"
+        "-XX:SharedArchiveFile=/a.jsa -Djava.io.tmpdir=/tmp/x"
     )
-

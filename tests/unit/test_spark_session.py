@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from scalelab.kernels import spark_archive
 from scalelab.kernels.spark_defaults import security_conf
 from scalelab.kernels.spark_session import driver_conf, session_conf, ui_proxy_path
 
@@ -77,7 +78,8 @@ def test_without_hub_settings_the_defaults_and_no_log_file():
     conf = session_conf({}, None)
     assert conf["spark.master"] == "local[*]"
     assert conf["spark.driver.memory"] == "1g"
-    assert "spark.driver.extraJavaOptions" not in conf
+    # no log file, no temporary folder: only the class-data archive's options, if built
+    assert conf.get("spark.driver.extraJavaOptions", "") == " ".join(spark_archive.java_options())
     assert "spark.ui.proxyBase" not in conf
 
 

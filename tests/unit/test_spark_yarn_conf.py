@@ -160,6 +160,7 @@ def test_the_kernels_session_on_yarn_has_scalelabs_defaults_under_ops_settings(t
     # Ops' JVM options and ScaleLab's driver log both.
     options = conf["spark.driver.extraJavaOptions"]
     assert options.startswith("-Dcourse=dl -Dlog4j2.configurationFile=file:"), options
+    assert "SharedArchiveFile" not in options  # HADOOP_CONF_DIR on its class path: no archive
     plain = session_conf({"SCALELAB_SPARK_MASTER": "yarn"}, None)
     assert plain["spark.yarn.jars"] == f"local:{PYSPARK_HOME}/jars/*"
 
