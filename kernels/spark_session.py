@@ -272,15 +272,14 @@ def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, 
         conf["spark.yarn.tags"] = spark_yarn.with_kernel_tag(
             conf.get("spark.yarn.tags", ""), spark_yarn.kernel_tag()
         )
+    # On YARN the Hadoop configuration folder is on the driver's class path: no archive.
+    archive = [] if spark_yarn.is_yarn(conf["spark.master"]) else spark_archive.java_options()
     own = driver_conf(
         ui_port=free_port(),
         service_prefix=environ.get("JUPYTERHUB_SERVICE_PREFIX", ""),
         log4j_file=log4j_file,
         tmp_dir=environ.get("TMPDIR") or None,
-        # On YARN the Hadoop configuration folder is on the driver's class path: no archive.
-        archive_options=[]
-        if spark_yarn.is_yarn(conf["spark.master"])
-        else (spark_archive.java_options()),
+        archive_options=archive,
     )
     options = " ".join(
         filter(
