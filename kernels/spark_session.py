@@ -224,7 +224,8 @@ def session_conf(environ: Mapping[str, str], log_dir: Path | None) -> dict[str, 
     master is ``yarn``, Spark's authentication and RPC encryption
     (:func:`~scalelab.kernels.spark_defaults.security_conf`, a new secret each time), ops'
     :func:`ops_conf`, and :func:`driver_conf` (the UI's port and
-    proxy, the driver's log4j2 file, added to ops' ``spark.driver.extraJavaOptions``).
+    proxy, the driver's log4j2 file and class-data archive, added to ops'
+    ``spark.driver.extraJavaOptions``).
 
     Parameters
     ----------
