@@ -77,8 +77,13 @@ _EXIT = re.compile(r"\[driver JVM exited with code (-?\d+)\]")
 #: asks the driver JVM (a ``Py4JJavaError``), which did not answer, so the driver is gone.
 TEXT_UNREACHABLE = "[its text is held by the driver JVM, which does not answer]"
 #: A failure after which the driver JVM may end on its own: an OutOfMemoryError (Spark's
-#: uncaught-exception handler exits with :data:`SPARK_EXIT_OOM`), a connection to it refused.
-_MAY_END_THE_DRIVER = re.compile(r"OutOfMemoryError|ConnectionRefusedError|Py4JNetworkError")
+#: uncaught-exception handler exits with :data:`SPARK_EXIT_OOM`), a connection to it refused,
+#: a job cancelled because the SparkContext was shut down (that handler's shutdown hook stops
+#: the context first: the cell may see this before the JVM has ended).
+_MAY_END_THE_DRIVER = re.compile(
+    r"OutOfMemoryError|ConnectionRefusedError|Py4JNetworkError"
+    r"|cancelled because SparkContext was shut down"
+)
 
 
 def _driver_gone(text: str, conf: Mapping[str, str], env: Mapping[str, str]) -> Explanation:

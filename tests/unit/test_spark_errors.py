@@ -638,3 +638,35 @@ def test_a_lost_drivers_accumulator_connection_prints_nothing(capsys):
             server.handle_error(None, ("127.0.0.1", 1))
         err = capsys.readouterr().err
         assert ("Exception occurred during processing" in err) is printed, (error, err)
+
+
+class Py4JJavaError(Py4JError):
+    """Stands in for py4j's own (its name is what the explanation reads): a Java exception's
+    text, fetched while the driver still answered."""
+
+
+@pytest.mark.parametrize(
+    "java_text",
+    [
+        # The task's OutOfMemoryError came back first (the job aborted).
+        "org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 1.0 "
+        "failed 1 times: java.lang.OutOfMemoryError: Java heap space",
+        # Spark's uncaught-exception handler's shutdown hook stopped the context first: the
+        # job was cancelled (seen in two whole-suite runs of 2026-12-07, explained as a driver
+        # gone "so the Py4J connection failed", without its exit code).
+        "org.apache.spark.SparkException: Job 1 cancelled because SparkContext was shut down",
+    ],
+)
+def test_a_driver_that_ends_itself_after_an_oom_is_explained_so_whichever_error_came_first(
+    monkeypatch, java_text: str
+):
+    from scalelab.kernels import spark_errors
+
+    looks = iter([None, None, None, spark_errors.SPARK_EXIT_OOM])  # the JVM ends a moment later
+    monkeypatch.setattr(spark_errors, "driver_exit_status", lambda: next(looks, 52))
+    error = Py4JJavaError(f"An error occurred while calling o45.collectToPython.\n: {java_text}")
+    explanation = spark_errors._explanation(error, {})
+    assert explanation is not None
+    assert explanation.title.startswith(
+        "the Spark driver JVM stopped itself after a java.lang.OutOfMemoryError (exit code 52)"
+    ), explanation.title
