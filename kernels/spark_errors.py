@@ -734,10 +734,10 @@ def fold_java_frames(text: str, keep: int = JAVA_FRAMES_KEPT) -> str:
     return "\n".join(out)
 
 
-#: Seconds to wait, at most, for a driver whose connection broke to end, for its exit status.
-#: A JVM that stopped itself after an OutOfMemoryError runs Spark's shutdown hooks first: on 2
-#: busy cores (load average 7 to 8) that took over 2 s, the wait this had until 2026-12-07, and
-#: the same cell was then explained two ways. A driver that has ended is seen within 0.05 s.
+#: Seconds to wait, at most, for a driver whose connection broke (or that is stopping itself,
+#: :data:`_MAY_END_THE_DRIVER`) to end, for its exit status: it runs Spark's shutdown hooks
+#: first, on cores that may be busy (2 s until 2026-12-07; a margin, not a measured bound). A
+#: driver that has ended is seen within 0.05 s.
 DRIVER_EXIT_WAIT_S = 10.0
 
 

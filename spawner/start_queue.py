@@ -61,6 +61,11 @@ class StartQueue:
         )
 
     @classmethod
+    def current(cls) -> StartQueue | None:
+        """The hub's line as it is, or None before the first start (nothing changed)."""
+        return cls._shared
+
+    @classmethod
     def shared(cls, limit: int) -> StartQueue:
         """The hub's line, its limit set to ``limit`` (the setting read at each start)."""
         if cls._shared is None:
@@ -162,8 +167,9 @@ class StartQueueMixin(LoggingConfigurable):
         return StartQueue.shared(self.concurrent_starts) if self.concurrent_starts > 0 else None
 
     def start_queue_place(self) -> Place | None:
-        """This server's place in the line while it waits to start, else None."""
-        line = self.start_queue()
+        """This server's place in the line while it waits to start, else None (read only:
+        the pending page asks every second)."""
+        line = StartQueue.current() if self.concurrent_starts > 0 else None
         return line.place(self.server_key) if line is not None else None
 
     @contextlib.asynccontextmanager

@@ -9,12 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 from jupyterhub.objects import Hub
-from jupyterhub.spawner import Spawner, SpawnException
+from jupyterhub.spawner import SpawnException
 from traitlets.config import Config
 
 from scalelab.spawner import CourseSpawnerMixin
 from scalelab.spawner.gpu_pool import GPUPool
 from scalelab.spawner.start_queue import Place, StartQueue, StartQueueTimeout
+from tests.unit.test_spawner import _Backend
 
 
 async def _hold(line: StartQueue, key: str, release: asyncio.Event, order: list[str]) -> None:
@@ -113,21 +114,15 @@ def test_a_larger_limit_lets_the_first_in_line_start_at_once():
     asyncio.run(scenario())
 
 
-class _SlowBackend(Spawner):
-    """A spawner backend whose start ends when the test says (stands in for a server that
-    takes its time to listen)."""
+class _SlowBackend(_Backend):
+    """test_spawner's stand-in backend whose start ends when the test says (stands in for a
+    server that takes its time to listen)."""
 
     listening: asyncio.Event
 
     async def start(self):
         await self.listening.wait()
-        return ("127.0.0.1", 8888)
-
-    async def stop(self, now=False):
-        return None
-
-    async def poll(self):
-        return None
+        return await super().start()
 
 
 class LinedSpawner(CourseSpawnerMixin, _SlowBackend):
