@@ -9,29 +9,38 @@ cluster at the end. The rows are the Million Song subset from ``../shared/data``
 Sizes: ``--quick`` 96 MiB in 8 MiB shards (4 MiB row groups); a full
 run 768 MiB in 32 MiB shards (8 MiB row groups).
 
-Two contenders, each run in a child process of its own, alternating over ``--rounds`` rounds
-(which goes first alternates too), medians taken:
+Four contenders, each run in a child process of its own, in one order per round that rotates
+over ``--rounds`` rounds, medians taken:
 
 - ``stream``: :class:`scalelab.store.streaming.TorchParquetDataset` over the shards in HDFS,
   shuffled, ``batch_size=4096`` rows, the features stacked into one float64 ``(rows, 90)``
-  array, through ``torch.utils.data.DataLoader(num_workers=--workers, batch_size=None)``;
-- ``raw``: the same files' bytes read whole from HDFS through the same store (fsspec's
-  ``cat_file`` on hdfs-native), one after another, nothing decoded: the speed bound.
+  array, through ``torch.utils.data.DataLoader(num_workers=--workers, batch_size=None)``; the
+  store's files read ahead 4 MiB at a time (``scalelab.store.access.readahead``);
+- ``unbuffered``: the same, with the store opened as before the read-ahead
+  (``default_block_size=0``: one DataNode request per read pyarrow makes);
+- ``local``: the same stream over the same shards written to a local folder (``file://``): the
+  speed to reach;
+- ``raw``: the same files' bytes from HDFS through the same store, read in :data:`RAW_PIECE`
+  pieces one file after another, nothing decoded: the speed bound of the DataNode's transfer.
 
 Prints one JSON object:
 
 - ``samples_per_s``, ``stream_mib_s``: the stream's median rows per second and MiB (of the
-  files) per second; ``raw_mib_s``: the raw read's; ``throughput_ratio``: raw seconds / stream
-  seconds (1.0: the stream keeps up with the bare bytes);
+  files) per second; ``unbuffered_mib_s``, ``local_mib_s``, ``raw_mib_s``: the others';
+- ``hdfs_over_local``: local seconds / stream seconds (1.0: HDFS as fast as local shards);
+  ``unbuffered_over_local``: the same for the old way; ``throughput_ratio``: raw seconds /
+  stream seconds (1.0: the stream keeps up with the bare bytes);
 - ``stream_peak_pss_mib``, ``stream_peak_rss_sum_mib``, ``stream_start_pss_mib``: peak memory of
   the stream's child and its workers (the largest over the rounds): PSS summed over the
   processes (shared pages counted once), read before the stream, at its first and last batch and
   every 250 ms; the sum of each process's own peak RSS (``VmHWM``, an upper bound); the child
-  alone before it reads anything (torch imported). ``raw_peak_rss_mib``: the raw child's
-  (``ru_maxrss``; it holds one whole shard at a time);
-- ``stream_seconds``, ``raw_seconds``: every round's seconds; ``stream_cpu_s``, ``raw_cpu_s``:
-  median CPU seconds (workers included); ``rows``, ``mib``, ``shards``, ``shard_mib``,
-  ``workers``, ``rounds``, ``source``;
+  alone before it reads anything (torch imported). ``local_peak_pss_mib``,
+  ``unbuffered_peak_pss_mib``: the same figure for those streams. ``raw_peak_rss_mib``: the raw
+  child's (``ru_maxrss``);
+- ``stream_seconds``, ``unbuffered_seconds``, ``local_seconds``, ``raw_seconds``: every round's
+  seconds; ``stream_cpu_s`` etc.: median CPU seconds of the child (workers included; the
+  DataNode's JVM is not in it); ``rows``, ``mib``, ``shards``, ``shard_mib``, ``workers``,
+  ``rounds``, ``source``;
 - ``cluster_start_s``, ``cluster_stop_s``, ``write_mib_s`` (writing the shards into HDFS), and
   the load average and CPU seconds every bench prints (``bench/_run_info.py``).
 
@@ -74,6 +83,9 @@ MILLIONSONG = REPO.parent / "shared" / "data" / "millionsong" / "millionsong.txt
 #: (total bytes, shard bytes, row group bytes): full run, --quick.
 SIZES = {False: (768 * 2**20, 32 * 2**20, 8 * 2**20), True: (96 * 2**20, 8 * 2**20, 4 * 2**20)}
 BENCH_PATH = "bench/millionsong"
+#: Bytes per read of the ``raw`` contender: the fastest request size measured on the test cluster
+#: (4 MiB pieces 600-746 MiB/s; 1 MiB 484-494; whole 32 MiB shards by ``cat_file`` 277-289).
+RAW_PIECE = 4 * 2**20
 
 
 def song_rows(path: Path = MILLIONSONG) -> tuple[np.ndarray, str]:
@@ -143,7 +155,7 @@ def child_stream(params: dict) -> dict:
 
     sampler = PeakMemory()
     sampler.start()  # a first reading now (torch imported, nothing read)
-    store = open_store(params["url"])
+    store = open_store(params["url"], params.get("storage_options"))
     ds = TorchParquetDataset(
         params["path"],
         store=store,
@@ -186,7 +198,8 @@ def child_stream(params: dict) -> dict:
 
 
 def child_raw(params: dict) -> dict:
-    """The ``raw`` contender: every shard's bytes read whole through the store (``cat_file``)."""
+    """The ``raw`` contender: every shard's bytes read through the store in :data:`RAW_PIECE`
+    pieces, nothing decoded."""
     from scalelab.store import open_store
 
     store = open_store(params["url"])
@@ -195,7 +208,9 @@ def child_raw(params: dict) -> dict:
     start = time.perf_counter()
     total = 0
     for shard in shards:
-        total += len(store.cat_file(shard))
+        with store.open(shard, "rb") as f:
+            while piece := f.read(RAW_PIECE):
+                total += len(piece)
     return {
         "seconds": time.perf_counter() - start,
         "cpu_s": sum(own_cpu_seconds()) - cpu0,
@@ -224,7 +239,7 @@ def measure(args: argparse.Namespace) -> dict:
     if reason is not None:
         raise SystemExit(f"hdfs_stream: {reason}")
     total, shard, group = SIZES[args.quick]
-    rounds = args.rounds or (2 if args.quick else 3)
+    rounds = args.rounds or 4
     tmp = Path(tempfile.mkdtemp(prefix="scalelab-bench-hdfs-", dir=args.tmp))
     cluster = HadoopTestCluster(tmp / "cluster")
     report: dict = {"quick": args.quick, "workers": args.workers, "rounds": rounds}
@@ -242,33 +257,53 @@ def measure(args: argparse.Namespace) -> dict:
         began = time.perf_counter()
         size = write_shards(store, BENCH_PATH, songs, total, shard, group)
         report["write_mib_s"] = round(size / 2**20 / (time.perf_counter() - began), 1)
-        params = {"url": url, "path": BENCH_PATH, "workers": args.workers}
-        streams: list[dict] = []
-        raws: list[dict] = []
+        local_url = f"file://{tmp / 'local'}"
+        write_shards(open_store(local_url), BENCH_PATH, songs, total, shard, group)
+        base = {"path": BENCH_PATH, "workers": args.workers}
+        contenders = {
+            "stream": ("stream", {**base, "url": url}),
+            "unbuffered": (
+                "stream",
+                {**base, "url": url, "storage_options": {"default_block_size": 0}},
+            ),
+            "local": ("stream", {**base, "url": local_url}),
+            "raw": ("raw", {**base, "url": url}),
+        }
+        names = list(contenders)
+        results: dict[str, list[dict]] = {name: [] for name in names}
         for r in range(rounds):
-            for mode in ("raw", "stream") if r % 2 == 0 else ("stream", "raw"):
-                result = run_child(mode, params, env)
-                (raws if mode == "raw" else streams).append(result)
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                mode, params = contenders[name]
+                results[name].append(run_child(mode, params, env))
+        raws, streams = results["raw"], results["stream"]
         assert all(r["bytes"] == size for r in raws), (size, raws)
         rows = streams[0]["rows"]
-        assert all(s["rows"] == rows for s in streams)
-        stream_s = median([s["seconds"] for s in streams])
-        raw_s = median([r["seconds"] for r in raws])
+        for name in ("stream", "unbuffered", "local"):
+            assert all(s["rows"] == rows for s in results[name]), (name, results[name])
+        seconds = {name: median([x["seconds"] for x in results[name]]) for name in names}
+        stream_s = seconds["stream"]
         report.update(
             {
                 "samples_per_s": round(rows / stream_s),
-                "stream_mib_s": round(size / 2**20 / stream_s, 1),
-                "raw_mib_s": round(size / 2**20 / raw_s, 1),
-                "throughput_ratio": round(raw_s / stream_s, 3),
+                **{f"{name}_mib_s": round(size / 2**20 / seconds[name], 1) for name in names},
+                "hdfs_over_local": round(seconds["local"] / stream_s, 3),
+                "unbuffered_over_local": round(seconds["local"] / seconds["unbuffered"], 3),
+                "throughput_ratio": round(seconds["raw"] / stream_s, 3),
                 "stream_peak_pss_mib": mib(max(s["peak_pss"] for s in streams)),
                 "stream_peak_rss_sum_mib": mib(max(s["peak_rss_sum"] for s in streams)),
                 "stream_start_pss_mib": mib(min(s["start_pss"] for s in streams)),
                 "stream_processes": max(s["processes"] for s in streams),
+                "local_peak_pss_mib": mib(max(s["peak_pss"] for s in results["local"])),
+                "unbuffered_peak_pss_mib": mib(max(s["peak_pss"] for s in results["unbuffered"])),
                 "raw_peak_rss_mib": mib(max(r["peak_rss"] for r in raws)),
-                "stream_seconds": [round(s["seconds"], 2) for s in streams],
-                "raw_seconds": [round(r["seconds"], 2) for r in raws],
-                "stream_cpu_s": round(median([s["cpu_s"] for s in streams]), 2),
-                "raw_cpu_s": round(median([r["cpu_s"] for r in raws]), 2),
+                **{
+                    f"{name}_seconds": [round(x["seconds"], 2) for x in results[name]]
+                    for name in names
+                },
+                **{
+                    f"{name}_cpu_s": round(median([x["cpu_s"] for x in results[name]]), 2)
+                    for name in names
+                },
                 "rows": rows,
                 "mib": mib(size),
                 "shards": max(1, total // shard),
@@ -283,9 +318,9 @@ def measure(args: argparse.Namespace) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="96 MiB, 2 rounds: within a minute")
+    parser.add_argument("--quick", action="store_true", help="96 MiB: about a minute")
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers (default 2)")
-    parser.add_argument("--rounds", type=int, default=0, help="rounds (default 2 quick, else 3)")
+    parser.add_argument("--rounds", type=int, default=0, help="rounds (default 4)")
     parser.add_argument("--tmp", type=Path, default=None, help="folder for the cluster's data")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()

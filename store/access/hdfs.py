@@ -263,7 +263,9 @@ def open_hdfs(
 
     ``storage_options`` are Hadoop properties for hdfs-native (e.g.
     ``{"dfs.client.failover.max.attempts": "3"}``; without that setting here or in
-    ``HADOOP_CONF_DIR``, :data:`FAILOVER_ATTEMPTS`), or keyword arguments of pyarrow's
+    ``HADOOP_CONF_DIR``, :data:`FAILOVER_ATTEMPTS`) and ``default_block_size`` (bytes a file
+    opened for reading fetches per DataNode request: 4 MiB, 0 for one request per read; see
+    :mod:`scalelab.store.access.readahead`), or keyword arguments of pyarrow's
     ``HadoopFileSystem`` (``user``, ``kerb_ticket``, ``extra_conf``) in the fallback.
     hdfs-native's file system is :class:`~scalelab.store.access.hdfs_fork.ForkSafeHdfsFileSystem`,
     which a forked child (a DataLoader worker) may use as well as the parent.
@@ -282,12 +284,15 @@ def open_hdfs(
     options = dict(storage_options)
     skip = options.pop("skip_instance_cache", True)
     if choose_client(env) == "hdfs-native":
+        block = options.pop("default_block_size", None)
         config = {str(k): str(v) for k, v in options.items()}
         if FAILOVER_ATTEMPTS_KEY not in config and FAILOVER_ATTEMPTS_KEY not in conf:
             config[FAILOVER_ATTEMPTS_KEY] = FAILOVER_ATTEMPTS
         netloc = urlsplit(url).netloc or urlsplit(conf.get("fs.defaultFS", "")).netloc
         from scalelab.store.access.hdfs_fork import ForkSafeHdfsFileSystem
 
+        if block is not None:
+            config["default_block_size"] = int(block)  # type: ignore[assignment]
         fs = ForkSafeHdfsFileSystem(skip_instance_cache=skip, **_native_host(netloc), **config)
         return fs, target.path
     host = target.nameservice or target.namenodes[0][0]

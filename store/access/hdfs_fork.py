@@ -8,7 +8,6 @@ Why: docs/design-notes.md, scalelab.store.access.hdfs_fork.
 
 from __future__ import annotations
 
-import io
 import os
 import threading
 import time
@@ -20,6 +19,7 @@ from hdfs_native import FileReader
 from hdfs_native.fsspec import HdfsFileSystem
 
 from scalelab.store.access.hdfs_fixes import HdfsNativeFixes
+from scalelab.store.access.readahead import DEFAULT_BLOCK_SIZE, ReadAheadFile
 
 #: Seconds a DataNode connection stays in hdfs-native's cache after a read (its 3 s), plus a
 #: margin for the clocks (hdfs-native's wall clock, our monotonic one).
@@ -92,12 +92,6 @@ class _TimedReader(FileReader):
         finally:
             _CLOCK.end()
 
-    def readinto(self, buffer: Any) -> int:
-        """Read into ``buffer`` (what ``io.BufferedReader`` calls; hdfs-native lacks it)."""
-        data = self.read(memoryview(buffer).nbytes)
-        memoryview(buffer).cast("B")[: len(data)] = data
-        return len(data)
-
     def read_range(self, offset: int, len: int) -> bytes:
         _CLOCK.begin()
         try:
@@ -122,14 +116,24 @@ class ForkSafeHdfsFileSystem(HdfsNativeFixes, HdfsFileSystem):
     out the parent's cached DataNode connections (up to :data:`DATANODE_CACHE_EXPIRY_S`).
     With :class:`~scalelab.store.access.hdfs_fixes.HdfsNativeFixes` (``rm`` of a list, a correct
     ``cp_file``, mode ``"xb"``).
+
+    A file opened for reading reads ahead (:class:`~scalelab.store.access.readahead.ReadAheadFile`):
+    ``block_size`` bytes per DataNode request, ``default_block_size`` (4 MiB) when ``open`` is
+    given none; ``block_size=0`` (or ``default_block_size=0``) gives hdfs-native's own file,
+    one request per read.
     """
+
+    def __init__(
+        self, *args: Any, default_block_size: int = DEFAULT_BLOCK_SIZE, **storage_options: Any
+    ) -> None:
+        super().__init__(*args, **storage_options)
+        self.default_block_size = int(default_block_size)
 
     @property
     def client(self) -> Any:
         if self._client_pid != os.getpid():
-            fresh = HdfsFileSystem(
-                *self.storage_args, skip_instance_cache=True, **self.storage_options
-            )
+            hadoop = {k: v for k, v in self.storage_options.items() if k != "default_block_size"}
+            fresh = HdfsFileSystem(*self.storage_args, skip_instance_cache=True, **hadoop)
             self.client = fresh.client  # the inherited one stays in _INHERITED
         return self._client
 
@@ -146,6 +150,5 @@ class ForkSafeHdfsFileSystem(HdfsNativeFixes, HdfsFileSystem):
         if mode != "rb":
             return super()._open(path, mode, block_size=block_size, **kwargs)
         reader = _TimedReader(self.client.read(self._strip_protocol(path)).inner)
-        if not block_size:
-            return reader
-        return io.BufferedReader(reader, buffer_size=block_size)
+        size = self.default_block_size if block_size is None else block_size
+        return ReadAheadFile(reader, size) if size else reader

@@ -134,7 +134,8 @@ def _open_batches(
 ) -> Iterator[pa.RecordBatch]:
     with fs.open(shard, "rb") as f:
         # pre_buffer=False: pyarrow would also hold a coalesced copy of the row group's raw
-        # bytes (twice the memory per open shard); fsspec's read-ahead serves remote stores.
+        # bytes (twice the memory per open shard); the store's own read-ahead serves remote
+        # stores (s3fs's blocks; on hdfs://, scalelab.store.access.readahead's).
         parquet = pq.ParquetFile(f, pre_buffer=False)
         check_columns(parquet.schema_arrow.names, columns, layout, shard)
         columns = layout.read_columns(columns)

@@ -224,7 +224,8 @@ def test_down_namenode_is_a_clear_error_at_first_use_through_hdfs_native():
 def test_ops_setting_of_the_retries_in_hadoop_conf_dir_is_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    """ScaleLab's default (1) applies only where neither store_options nor hdfs-site.xml say."""
+    """ScaleLab's default (1) applies only where neither store_options nor hdfs-site.xml say;
+    ``default_block_size`` (the read-ahead) reaches the file system as its own option."""
     conf = tmp_path / "conf"
     conf.mkdir()
     (conf / "hdfs-site.xml").write_text(
@@ -243,6 +244,10 @@ def test_ops_setting_of_the_retries_in_hadoop_conf_dir_is_kept(
     open_hdfs("hdfs://127.0.0.1:8020/course", {}, {})
     open_hdfs("hdfs://127.0.0.1:8020/course", {"dfs.client.failover.max.attempts": "7"}, {})
     assert [kwargs.get("dfs.client.failover.max.attempts") for kwargs in seen] == [None, "1", "7"]
+    # The read-ahead's size is the file system's own option, an integer, not a Hadoop property.
+    open_hdfs("hdfs://127.0.0.1:8020/course", {"default_block_size": "0"}, {})
+    assert seen[-1]["default_block_size"] == 0
+    assert all("default_block_size" not in kwargs for kwargs in seen[:3])
 
 
 #: hdfs-native's words (0.14.7) for no ticket and an expired one, as the secure test cluster

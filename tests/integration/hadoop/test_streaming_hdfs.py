@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader
 
 from scalelab.store import open_store
 from scalelab.store.access.hdfs_fork import DATANODE_CACHE_EXPIRY_S
+from scalelab.store.access.readahead import DEFAULT_BLOCK_SIZE, ReadAheadFile
 from scalelab.store.streaming import TorchParquetDataset, tf_dataset, write_tfrecord_shards
 from tests.support.hadoopcluster import HadoopTestCluster
 
@@ -145,6 +146,31 @@ def test_a_store_the_parent_used_just_before_the_fork_never_breaks_a_worker(
     # At most one wait for the parent's cached connections, not one per shard.
     assert time.monotonic() - began < 60
     assert ds._fs().cat_file(shards[0], start=0, end=4) == b"PAR1"  # the parent's still works
+
+
+def test_the_stores_files_read_ahead_unless_the_store_options_turn_it_off(
+    url: str, songs: np.ndarray
+):
+    """A shard opened from HDFS reads ahead (one DataNode request per block, not one per column
+    chunk pyarrow asks for); ``default_block_size=0`` gives hdfs-native's own file, also in the
+    DataLoader's workers, which rebuild the store from its options, and a forked child's own
+    client is made from the same options."""
+    ahead, off = open_store(url), open_store(url, {"default_block_size": 0})
+    shard = sorted(ahead.ls(SONGS, detail=False))[0]
+    with ahead.open(shard, "rb") as f:
+        assert isinstance(f, ReadAheadFile) and f.block_size == DEFAULT_BLOCK_SIZE
+        read_ahead = pq.read_table(f)
+    with ahead.open(shard, "rb", block_size=4096) as f:
+        assert f.block_size == 4096
+    with off.open(shard, "rb") as f:
+        assert not isinstance(f, ReadAheadFile)
+        unbuffered = pq.read_table(f)
+    assert read_ahead.num_rows == ROWS_PER_SHARD and read_ahead.equals(unbuffered)
+    loader = DataLoader(_dataset(off), batch_size=None, num_workers=2)
+    assert np.array_equal(np.sort(_loader_rows(loader, songs)), np.arange(TOTAL))
+    # A forked child that uses the parent's store makes its own client from the same options.
+    digest = hashlib.sha256(off.cat_file(shard)).hexdigest()
+    assert _cat_in_a_forked_child(off, shard, timeout_s=60) == digest
 
 
 def _cat_in_a_forked_child(fs: Any, path: str, timeout_s: float) -> str | None:
