@@ -267,6 +267,13 @@ def empty_column_block(
     return dict(zip(names, empty(specs), strict=True))
 
 
+#: Bytes of the row-major scratch through which :func:`write_columns` scatters a stack's rows
+#: into a permuted block. A Million Song row group (11,522 rows, 90 float64 columns) into a
+#: block of twice its rows: 5.4 ms a column at a time, 2.7-3.1 ms through 1.4-2.9 MiB scratches,
+#: 3.7-4.0 ms through 0.35 MiB (2026-12-07, this machine).
+SCATTER_BYTES = 2**20
+
+
 def write_columns(
     block: Mapping[str, np.ndarray],
     columns: Mapping[str, np.ndarray],
@@ -276,7 +283,9 @@ def write_columns(
 ) -> int:
     """Write one read's ``columns`` as rows ``start ..`` of the concatenated reads into ``block``
     (from :func:`empty_column_block`): each unstacked column to its array, each stacked column
-    straight into its column of its stack (no row-major copy of the read in between).
+    into its column of its stack: straight there in read order, through a row-major scratch of
+    at most :data:`SCATTER_BYTES` when the rows are permuted (no row-major copy of the whole
+    read in between).
 
     ``destination`` as :func:`build_block`'s. Returns ``start`` plus the read's rows.
     """
@@ -287,8 +296,19 @@ def write_columns(
             block[name][rows] = values
     for key, members in layout.stack:
         target = block[key]
-        for j, name in enumerate(members):
-            target[rows, j] = columns[name]
+        if destination is None:
+            for j, name in enumerate(members):
+                target[rows, j] = columns[name]
+            continue
+        # Permuted: a column at a time would scatter each value to a random row (one cache
+        # miss per value); through a small row-major scratch, whole rows are scattered.
+        step = max(1, SCATTER_BYTES // (len(members) * target.itemsize))
+        scratch = np.empty((min(step, n), len(members)), target.dtype)
+        for first in range(0, n, step):
+            m = min(step, n - first)
+            for j, name in enumerate(members):
+                scratch[:m, j] = columns[name][first : first + m]
+            target[rows[first : first + m]] = scratch[:m]
     return start + n
 
 

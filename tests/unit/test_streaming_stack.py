@@ -16,7 +16,7 @@ from fsspec.implementations.dirfs import DirFileSystem
 from torch.utils.data import DataLoader
 
 from scalelab.store import StoreError, open_store
-from scalelab.store.streaming import TorchParquetDataset
+from scalelab.store.streaming import TorchParquetDataset, blocks
 from scalelab.store.streaming.blocks import BlockLayout, build_block
 from scalelab.store.streaming.shared_batches import as_tensor, shared_empty
 
@@ -137,6 +137,33 @@ def test_build_block_permutes_columns_and_stacks_alike() -> None:
     assert block["x"].dtype == np.float32
     assert np.array_equal(block["x"][destination], xs.astype(np.float32))
     assert np.array_equal(build_block(parts, None, BlockLayout())["x"], xs)
+
+
+@pytest.mark.parametrize("scratch_rows", [1, 3, 64])
+def test_a_permuted_stack_is_written_through_the_scratch_row_by_row_alike(
+    scratch_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two reads written into one permuted float32 block through scratches of 1, 3 (the 10
+    and 7 rows of the reads in several pieces) and 64 rows (one piece): every row lands where
+    the permutation says, cast once, and the unstacked column with it."""
+    rng = np.random.default_rng(5)
+    members = [f"f{i}" for i in range(4)]
+    layout = BlockLayout.build({"x": members}, "float32")
+    monkeypatch.setattr(blocks, "SCATTER_BYTES", scratch_rows * len(members) * 4)
+    reads = [
+        {"id": np.arange(start, start + size), **{m: rng.standard_normal(size) for m in members}}
+        for start, size in ((0, 10), (10, 7))
+    ]
+    destination = rng.permutation(17)
+    block = blocks.empty_column_block(reads[0], 17, layout, blocks.empty_arrays)
+    start = 0
+    for read in reads:
+        start = blocks.write_columns(block, read, layout, start, destination)
+    assert start == 17
+    expected = np.concatenate([np.stack([r[m] for m in members], axis=1) for r in reads])
+    assert block["x"].dtype == np.float32
+    assert np.array_equal(block["x"][destination], expected.astype(np.float32))
+    assert np.array_equal(block["id"][destination], np.arange(17))
 
 
 def test_shared_arrays_become_tensors_over_one_segment() -> None:
