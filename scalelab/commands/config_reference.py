@@ -32,10 +32,17 @@ def _own(cls: type[HasTraits]) -> dict[str, TraitType]:
     }
 
 
-def _default(trait: TraitType) -> str:
+def _default(cls: type[HasTraits], name: str, trait: TraitType) -> str:
+    """The default ``cls`` gives setting ``name``: its own ``@default`` method's value where it
+    has one (the local spawner's ``concurrent_starts`` is 20 where the trait says 0), computed on
+    an instance made without configuration; "(computed)" where that needs more."""
+    handler = cls._trait_default_generators.get(name)
     try:
-        value = trait.default()
-    except Exception:  # noqa: BLE001 -- dynamic defaults need an instance
+        if getattr(handler, "func", None) is not None:  # a @default method
+            value = handler.func(cls.__new__(cls))
+        else:
+            value = trait.default()
+    except Exception:  # noqa: BLE001 -- dynamic defaults that need a configured instance
         return "(computed)"
     if isinstance(value, type):  # a Type setting: the class's import path, not its repr
         return f"{value.__module__}.{value.__qualname__}"
@@ -66,6 +73,6 @@ def reference_text() -> str:
         for name, trait in _own(cls).items():
             parts.append(
                 f"| `c.{cls.__name__}.{name}` | {type(trait).__name__} | "
-                f"`{_default(trait)}` | {_help(trait)} |"
+                f"`{_default(cls, name, trait)}` | {_help(trait)} |"
             )
     return "\n".join(parts) + "\n"

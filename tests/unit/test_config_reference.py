@@ -36,6 +36,10 @@ def test_reference_lists_every_scalelab_setting_with_its_help(capsys):
     assert "c.ScaleLabSpawner.cmd" not in text  # JupyterHub's own settings are JupyterHub's
     assert "fake" not in text.lower()  # test-only sources live in tests/, not in the reference
     assert "| `c.ScaleLabCulling.idle_timeout` | Int | `3600` | Seconds without activity" in text
+    # A class's own @default is its default: the local spawner starts 20 at once, Kubernetes
+    # keeps the trait's 0 (the generator read only the trait's static value, 0 for both).
+    assert "| `c.ScaleLabSpawner.concurrent_starts` | Int | `20` |" in text
+    assert "| `c.ScaleLabKubeSpawner.concurrent_starts` | Int | `0` |" in text
 
 
 def test_every_configurable_class_in_production_code_is_registered():
