@@ -15,7 +15,7 @@ over ``--rounds`` rounds, medians taken:
 - ``stream``: :class:`scalelab.store.streaming.TorchParquetDataset` over the shards in HDFS,
   shuffled, ``batch_size=4096`` rows, the features stacked into one float64 ``(rows, 90)``
   array, through ``torch.utils.data.DataLoader(num_workers=--workers, batch_size=None)``; the
-  store's files read ahead 4 MiB at a time (``scalelab.store.access.readahead``);
+  store's files read ahead 1 MiB at a time (``scalelab.store.access.readahead``);
 - ``unbuffered``: the same, with the store opened as before the read-ahead
   (``default_block_size=0``: one DataNode request per read pyarrow makes);
 - ``local``: the same stream over the same shards written to a local folder (``file://``): the

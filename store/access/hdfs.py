@@ -264,7 +264,7 @@ def open_hdfs(
     ``storage_options`` are Hadoop properties for hdfs-native (e.g.
     ``{"dfs.client.failover.max.attempts": "3"}``; without that setting here or in
     ``HADOOP_CONF_DIR``, :data:`FAILOVER_ATTEMPTS`) and ``default_block_size`` (bytes a file
-    opened for reading fetches per DataNode request: 4 MiB, 0 for one request per read; see
+    opened for reading fetches per DataNode request: 1 MiB, 0 for one request per read; see
     :mod:`scalelab.store.access.readahead`), or keyword arguments of pyarrow's
     ``HadoopFileSystem`` (``user``, ``kerb_ticket``, ``extra_conf``) in the fallback.
     hdfs-native's file system is :class:`~scalelab.store.access.hdfs_fork.ForkSafeHdfsFileSystem`,

@@ -118,7 +118,7 @@ class ForkSafeHdfsFileSystem(HdfsNativeFixes, HdfsFileSystem):
     ``cp_file``, mode ``"xb"``).
 
     A file opened for reading reads ahead (:class:`~scalelab.store.access.readahead.ReadAheadFile`):
-    ``block_size`` bytes per DataNode request, ``default_block_size`` (4 MiB) when ``open`` is
+    ``block_size`` bytes per DataNode request, ``default_block_size`` (1 MiB) when ``open`` is
     given none; ``block_size=0`` (or ``default_block_size=0``) gives hdfs-native's own file,
     one request per read.
     """

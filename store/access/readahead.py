@@ -9,8 +9,9 @@ the test cluster, 2026-12-07, three runs each): a DataLoader stream with two wor
 3.06-3.39 s with 1 MiB blocks, 3.04-3.81 s with 2 MiB, 3.20-4.22 s with 4 MiB (5.6-6.8 s
 unbuffered, 1.88-2.42 s from local shards), its peak PSS 887-902 MiB with 1 MiB blocks and
 920-940 MiB with 4 MiB (866-889 MiB from local shards); the thread mode took 2.85-2.99 s with
-1 MiB and 3.93-4.51 s with 4 MiB: hdfs-native's cost per byte grows with the request (a whole
-32 MiB shard by ``cat_file``: 277-289 MiB/s; 4 MiB pieces: 600-746 MiB/s).
+1 MiB and 3.93-4.51 s with 4 MiB. Read alone, without decoding beside it, 4 MiB requests are the
+fastest (600-746 MiB/s; 1 MiB 484-494; a whole 32 MiB shard by ``cat_file`` 277-289), but in a
+stream the smaller blocks cost less memory and no time.
 """
 
 from __future__ import annotations
