@@ -22,6 +22,10 @@ Prints one JSON object:
   a run's figure is every rank's samples over the slowest rank's training seconds, first step
   to last), ``first_step_s`` (median; seconds from the ``TorchDistributor.run`` call until every
   rank had begun its first step: Spark's barrier stage, torchrun, the process group),
+  ``first_step_stages`` (median seconds after the call at which the slowest rank reached each
+  stage on the way: torchrun's agent started, the rank's process started, the training function
+  called, imports done, the process group formed, DDP built, the first batch read; see
+  :func:`first_step_stages`),
   ``test_accuracy`` (mean over the seeds of rank 0's model on the 10,000 test images, after
   ``epochs``) and ``test_accuracy_sd`` (its sample standard deviation), and each seed's figures;
 - ``each_run``: every run's own figures, per number of workers in seed order: ``seed``,
@@ -120,14 +124,26 @@ def train(model, path, store, epochs, global_batch, seed, called_at, total_steps
     import gc
     import time
 
+    entered = time.time()
+    import psutil
     import torch
     import torch.distributed as dist
     from torch.utils.data import DataLoader
 
     from scalelab.store.streaming import TorchParquetDataset
 
+    me = psutil.Process()
+    launcher = me.parent()
+    reached = {
+        # torchrun's agent (absent without Spark: the parent is then the bench itself)
+        "launcher": launcher.create_time() if launcher.create_time() >= called_at else None,
+        "rank_process": me.create_time(),
+        "train_called": entered,
+        "imports": time.time(),
+    }
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
+    reached["process_group"] = time.time()
     rank, world = dist.get_rank(), dist.get_world_size()
     # Each rank its own dropout masks, the same in every run of this seed (torch's default seed
     # is random per process). The weights are rank 0's either way: DDP broadcasts them.
@@ -143,6 +159,7 @@ def train(model, path, store, epochs, global_batch, seed, called_at, total_steps
     ddp = torch.nn.parallel.DistributedDataParallel(
         model, forward_sync_buffers=False, bucket_cap_mb=0.5
     )
+    reached["ddp"] = time.time()
     per_rank = global_batch // world
     # threads=0: the rank reads its shards in its own thread, so each rank is one thread, as the
     # issue's "one thread each" asks; decoding threads would give one worker the idle second
@@ -164,6 +181,7 @@ def train(model, path, store, epochs, global_batch, seed, called_at, total_steps
                 if first_step_at is None:
                     first_step_at, began = time.time(), time.perf_counter()
                     cpu_began = time.process_time()
+                    reached["first_batch"] = first_step_at
                 images = batch["image"].float().div_(255).view(-1, 1, 28, 28)
                 labels = batch["label"].long()
                 loss = loss_fn(ddp(images), labels)
@@ -181,6 +199,7 @@ def train(model, path, store, epochs, global_batch, seed, called_at, total_steps
         "cpu_s": time.process_time() - cpu_began,  # every thread of the rank's process
         "threads": torch.get_num_threads(),
         "first_step_s": first_step_at - called_at,
+        "reached_s": {k: None if t is None else t - called_at for k, t in reached.items()},
         "epoch_loss": epoch_loss,
     }
     everyone = [None] * world
@@ -213,6 +232,7 @@ def _figures(out: dict, model: torch.nn.Module, test, total: float, at_start) ->
     return {
         "samples_per_s": round(samples / max(r["train_s"] for r in ranks), 1),
         "first_step_s": round(max(r["first_step_s"] for r in ranks), 2),
+        "first_step_stages": first_step_stages(ranks),
         "total_s": round(total, 2),
         "test_accuracy": round(accuracy(model, out["state"], *test), 4),
         "epoch_loss": [round(x, 4) for x in ranks[0]["epoch_loss"]],
@@ -225,6 +245,31 @@ def _figures(out: dict, model: torch.nn.Module, test, total: float, at_start) ->
         "rank_threads": [r["threads"] for r in ranks],
         "load_avg_at_start": at_start,
     }
+
+
+#: The stages of a rank's way to its first step, in order (see :func:`first_step_stages`).
+STAGES = (
+    "launcher",
+    "rank_process",
+    "train_called",
+    "imports",
+    "process_group",
+    "ddp",
+    "first_batch",
+)
+
+
+def first_step_stages(ranks: list[dict]) -> dict[str, float | None]:
+    """Seconds after the ``run`` call at which the slowest rank reached each of :data:`STAGES`:
+    torchrun's agent started (None without Spark), the rank's process started, the training
+    function called (the interpreter up, its arguments unpickled), torch and ScaleLab imported,
+    the process group formed (gloo's rendezvous), DDP built (the weights broadcast), the first
+    batch read. The gaps say where the first step's seconds go."""
+    out: dict[str, float | None] = {}
+    for stage in STAGES:
+        times = [r["reached_s"][stage] for r in ranks if r["reached_s"].get(stage) is not None]
+        out[stage] = round(max(times), 2) if times else None
+    return out
 
 
 @dataclass(frozen=True)
@@ -355,14 +400,24 @@ def rounds(runner, seeds: int, job: Job) -> dict[str, list[dict]]:
     return out
 
 
+def _median_or_none(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(statistics.median(known), 2) if known else None
+
+
 def summary(runs: list[dict]) -> dict:
-    """One number of workers' runs (one a seed) in a few figures: the median ``samples_per_s``
-    and ``first_step_s``; the ``test_accuracy`` mean and its sample standard deviation
-    (``test_accuracy_sd``, 0 for one run); every run's samples/s and accuracy, in seed order."""
+    """One number of workers' runs (one a seed) in a few figures: the median ``samples_per_s``,
+    ``first_step_s`` and ``first_step_stages`` (each stage's); the ``test_accuracy`` mean and
+    its sample standard deviation (``test_accuracy_sd``, 0 for one run); every run's samples/s
+    and accuracy, in seed order."""
     accuracies = [r["test_accuracy"] for r in runs]
     return {
         "samples_per_s": round(statistics.median(r["samples_per_s"] for r in runs), 1),
         "first_step_s": round(statistics.median(r["first_step_s"] for r in runs), 2),
+        "first_step_stages": {
+            stage: _median_or_none([r["first_step_stages"].get(stage) for r in runs])
+            for stage in STAGES
+        },
         "test_accuracy": round(statistics.fmean(accuracies), 4),
         "test_accuracy_sd": round(statistics.stdev(accuracies), 4) if len(runs) > 1 else 0.0,
         "samples_per_s_each": [r["samples_per_s"] for r in runs],

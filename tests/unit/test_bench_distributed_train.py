@@ -11,10 +11,12 @@ import math
 import pytest
 
 from bench.distributed_train import (
+    STAGES,
     TRAIN,
     Job,
     compare,
     cosine_factor,
+    first_step_stages,
     lab2_convnet,
     ranks_without_spark,
     summary,
@@ -23,7 +25,15 @@ from scalelab.store import open_store
 
 
 def _run(seed: int, speed: float, accuracy: float) -> dict:
-    return {"seed": seed, "samples_per_s": speed, "first_step_s": 10.0, "test_accuracy": accuracy}
+    stages = {stage: float(i + seed) for i, stage in enumerate(STAGES)}
+    stages["launcher"] = None  # as without Spark
+    return {
+        "seed": seed,
+        "samples_per_s": speed,
+        "first_step_s": 10.0,
+        "first_step_stages": stages,
+        "test_accuracy": accuracy,
+    }
 
 
 def test_summary_takes_the_median_speed_and_the_mean_accuracy_with_its_spread():
@@ -34,6 +44,21 @@ def test_summary_takes_the_median_speed_and_the_mean_accuracy_with_its_spread():
     assert got["test_accuracy_sd"] == 0.01
     assert got["samples_per_s_each"] == [1000.0, 1300.0, 1100.0]
     assert summary(runs[:1])["test_accuracy_sd"] == 0.0
+    # each stage's median over the seeds (offsets 0, 1, 2: the middle one), None where no run
+    # had the stage
+    assert got["first_step_stages"]["first_batch"] == STAGES.index("first_batch") + 1.0
+    assert got["first_step_stages"]["launcher"] is None
+
+
+def test_first_step_stages_are_the_slowest_ranks():
+    ranks = [
+        {"reached_s": {"launcher": None, "rank_process": 1.0, "first_batch": 6.5}},
+        {"reached_s": {"launcher": 0.5, "rank_process": 2.25, "first_batch": 6.0}},
+    ]
+    got = first_step_stages(ranks)
+    assert got["rank_process"] == 2.25 and got["first_batch"] == 6.5
+    assert got["launcher"] == 0.5  # the one rank that had it
+    assert got["ddp"] is None and list(got) == list(STAGES)
 
 
 def test_compare_says_whether_two_workers_match_one_within_noise():
@@ -78,5 +103,8 @@ def test_each_rank_without_spark_trains_its_own_copy_of_the_model(course_store):
     for layer in ("1", "5"):  # Lab 2's two BatchNorm2d layers
         assert int(out["state"][f"{layer}.num_batches_tracked"]) == counted_before + steps
     assert [r["samples"] for r in out["ranks"]] == [10_000, 10_000]
+    for rank in out["ranks"]:  # each rank's stages in their order, before its first step
+        reached = [rank["reached_s"][stage] for stage in STAGES[1:]]
+        assert reached == sorted(reached) and reached[-1] <= rank["first_step_s"], rank
     # the parent's model was not trained by the ranks
     assert int(model.state_dict()["1.num_batches_tracked"]) == counted_before
