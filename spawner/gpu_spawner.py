@@ -154,7 +154,8 @@ class GPUSpawnerMixin(StartQueueMixin, Spawner):
         `scalelab.spawner.gpu_source.GPUSource`, or its import path.
         `scalelab.spawner.gpu_source.NVMLGPUs`: the host's GPUs through NVML;
         `scalelab.spawner.gpu_source.DeclaredGPUs`: the list in `declared_gpus`.
-        None (the default): DeclaredGPUs when `declared_gpus` is set, else NVMLGPUs.
+        None (the default): DeclaredGPUs when `declared_gpus` is set, else NVMLGPUs. The Slurm
+        spawner's default is `scalelab.spawner.slurm.SlurmGPUs`: its nodes' `Gres=gpu:N`.
         The source's own settings are `c.<ClassName>.<setting>`.""",
     )
     exclude_gpus = List(
