@@ -133,10 +133,11 @@ def train(model, path, store, epochs, global_batch, seed, called_at, total_steps
     from scalelab.store.streaming import TorchParquetDataset
 
     me = psutil.Process()
-    launcher = me.parent()
+    parent = me.parent()
+    launched = None if parent is None else parent.create_time()
     reached = {
         # torchrun's agent (absent without Spark: the parent is then the bench itself)
-        "launcher": launcher.create_time() if launcher.create_time() >= called_at else None,
+        "launcher": launched if launched is not None and launched >= called_at else None,
         "rank_process": me.create_time(),
         "train_called": entered,
         "imports": time.time(),

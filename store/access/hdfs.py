@@ -291,9 +291,10 @@ def open_hdfs(
         netloc = urlsplit(url).netloc or urlsplit(conf.get("fs.defaultFS", "")).netloc
         from scalelab.store.access.hdfs_fork import ForkSafeHdfsFileSystem
 
-        if block is not None:
-            config["default_block_size"] = int(block)  # type: ignore[assignment]
-        fs = ForkSafeHdfsFileSystem(skip_instance_cache=skip, **_native_host(netloc), **config)
+        own = {} if block is None else {"default_block_size": int(block)}
+        fs = ForkSafeHdfsFileSystem(
+            skip_instance_cache=skip, **_native_host(netloc), **config, **own
+        )
         return fs, target.path
     host = target.nameservice or target.namenodes[0][0]
     port = 0 if target.nameservice else target.namenodes[0][1]

@@ -269,8 +269,9 @@ def empty_column_block(
 
 #: Bytes of the row-major scratch through which :func:`write_columns` scatters a stack's rows
 #: into a permuted block. A Million Song row group (11,522 rows, 90 float64 columns) into a
-#: block of twice its rows: 5.4 ms a column at a time, 2.7-3.1 ms through 1.4-2.9 MiB scratches,
-#: 3.7-4.0 ms through 0.35 MiB (2026-12-07, this machine).
+#: block of twice its rows: 5.4-6.4 ms a column at a time, 3.6-3.7 ms through this 1 MiB
+#: scratch (1,456 rows), 2.7-3.1 ms through 1.4-2.9 MiB, 3.7-4.0 ms through 0.35 MiB
+#: (2026-12-07, this machine).
 SCATTER_BYTES = 2**20
 
 
