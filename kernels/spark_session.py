@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from scalelab import envvars
 from scalelab.common.ports import free_port
-from scalelab.common.stderr_lines import Harmless, forward
+from scalelab.common.stderr_lines import Harmless, Hold, forward
 from scalelab.kernels import spark_archive, spark_gpu_grant, spark_gpus, spark_yarn
 from scalelab.kernels.spark_defaults import (
     DEFAULT_DRIVER_MEMORY,
@@ -389,6 +389,32 @@ JVM_START_LINES = (
 )
 
 
+#: The start of a driver JVM's error burst on its stderr: a log4j ``ERROR`` record on the console
+#: (:data:`LOG4J2_TEMPLATE`'s pattern) or an uncaught error the JVM prints itself. A driver out
+#: of memory prints several (``Exception in thread "Spark Context Cleaner"
+#: java.lang.OutOfMemoryError``, ``ERROR Utils: uncaught error in thread ...``) while the cell
+#: still waits for its answer, and they came above ScaleLab's explanation (CI, 2026-12-07).
+DRIVER_ERROR_BURST = re.compile(
+    rb'\d\d:\d\d:\d\d ERROR |Exception in thread "|Exception: java\.lang\.\w*Error'
+)
+#: Seconds a burst waits, at most, for the cell's end: more than the explaining hook's own wait
+#: for the driver's exit (``spark_errors.DRIVER_EXIT_WAIT_S``, 10 s), with a margin for busy
+#: cores; a cell that goes on running shows the burst after this.
+DRIVER_ERROR_HOLD_S = 30.0
+#: The driver JVM's stderr on its way to the kernel's fd 2 (:func:`launch_quiet_driver`): while
+#: a cell runs, an error burst waits for the cell's end, so the explanation comes first
+#: (:func:`hold_driver_errors_during_cells`).
+DRIVER_ERRORS = Hold(2, DRIVER_ERROR_BURST, DRIVER_ERROR_HOLD_S)
+
+
+def hold_driver_errors_during_cells(shell: Any) -> None:
+    """Arm :data:`DRIVER_ERRORS` when a cell of ``shell`` (IPython's ``InteractiveShell``)
+    starts and pass on what it held when the cell has ended: after the cell's explanation,
+    error and traces."""
+    shell.events.register("pre_run_cell", lambda *_: DRIVER_ERRORS.arm())
+    shell.events.register("post_run_cell", lambda *_: DRIVER_ERRORS.disarm())
+
+
 def launch_quiet_driver(conf: Mapping[str, str]) -> None:
     """Start PySpark's driver JVM (its py4j gateway) with ``conf``, as PySpark would at the
     first ``SparkContext``, but with the JVM's stderr passed on to the kernel's without
@@ -396,7 +422,8 @@ def launch_quiet_driver(conf: Mapping[str, str]) -> None:
     :func:`scalelab.common.stderr_lines.forward`), and with the frames of each stack trace the
     JVM prints itself (``Exception in thread "..." java.lang.OutOfMemoryError``: an uncaught
     error in one of its threads, past log4j) folded into one line: the cell shows the error's
-    line, and ScaleLab's explanation says what to do.
+    line, and ScaleLab's explanation says what to do. While a cell runs, the JVM's error bursts
+    wait for the cell's end (:data:`DRIVER_ERRORS`).
 
     Nothing is done when PySpark already has a gateway (a stopped session's JVM, which PySpark
     reuses). The session built next (``SparkSession.builder...getOrCreate()``) uses this JVM.
@@ -415,7 +442,7 @@ def launch_quiet_driver(conf: Mapping[str, str]) -> None:
         # The filter reads from the start, so that a JVM that fails to start still says why,
         # and one that writes much while starting never waits on a full pipe.
         read_end, write_end = os.pipe()
-        forward(read_end, 2, JVM_START_LINES, fold_java_frames=True)
+        forward(read_end, 2, JVM_START_LINES, fold_java_frames=True, hold=DRIVER_ERRORS)
         try:
             gateway = launch_gateway(
                 SparkConf().setAll(list(conf.items())), popen_kwargs={"stderr": write_end}

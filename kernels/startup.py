@@ -93,6 +93,7 @@ def _begin_spark(namespace: MutableMapping[str, Any]) -> str:
     shell = get_ipython()
     if shell is not None:
         spark_errors.install(shell, namespace)
+        spark_session.hold_driver_errors_during_cells(shell)  # explanation first
         spark_interrupt.install(shell)  # an interrupted cell's jobs are cancelled
         spark_ui_record.install(shell)  # where the Spark UI is, for Course > Spark UI...
     return spark_session.begin(namespace, shell, log_dir(os.environ))

@@ -2,17 +2,21 @@
 
 :class:`Harmless` names one such line (and, optionally, the line before it); :class:`LineFilter`
 drops them from a byte stream (pure) and may fold a JVM's own stack traces into one line;
-:func:`forward` copies a pipe through a filter; :func:`filtered_stderr` filters fd 2 for a block.
+:func:`forward` copies a pipe through a filter, optionally through a :class:`Hold` that keeps an
+error burst back until an explanation has gone first; :func:`filtered_stderr` filters fd 2 for a
+block.
 Why: docs/design-notes.md, scalelab.common.stderr_lines.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import select
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -116,6 +120,82 @@ def _write_all(fd: int, data: bytes) -> bool:
     return True
 
 
+class Hold:
+    """Keeps an error burst of a stream back for a while, so that what explains it comes first.
+
+    :meth:`write` (the :func:`forward` thread) passes bytes on to ``target`` (a file
+    descriptor) at once, except while armed (:meth:`arm`: a cell runs) once a line matches
+    ``burst`` (say, a JVM's ``ERROR`` record or its ``Exception in thread "..."``): from that
+    line on everything is held, in order, until :meth:`release` or :meth:`disarm` (the cell
+    ended, its explanation shown) or until ``hold_s`` seconds have passed since the first held
+    line (:meth:`due_in` tells the thread when). Nothing is dropped. Thread-safe.
+
+    Why: a driver JVM that runs out of memory prints its dying threads' errors on its stderr
+    while the cell still waits for its answer; ScaleLab's explanation of the same failure,
+    printed when the cell's error arrives, must be the first thing under the cell.
+    """
+
+    def __init__(self, target: int, burst: re.Pattern[bytes], hold_s: float):
+        self.target = target
+        self.burst = burst
+        self.hold_s = hold_s
+        self._lock = threading.Lock()
+        self._held: list[bytes] = []
+        self._since: float | None = None  # time.monotonic() of the first held line
+        self._armed = False
+        self._open = True
+
+    def arm(self) -> None:
+        """Hold the bursts that come from now on (a cell starts)."""
+        with self._lock:
+            self._armed = True
+
+    def disarm(self) -> None:
+        """Pass on everything held and hold nothing more until :meth:`arm` (the cell ended)."""
+        with self._lock:
+            self._armed = False
+        self.release()
+
+    def write(self, data: bytes) -> bool:
+        """Pass ``data`` on, or hold it (see the class); False once ``target`` takes no more."""
+        with self._lock:
+            if self._since is None:
+                at = self._burst_start(data) if self._armed else None
+                if at is None:
+                    return self._write(data)
+                self._write(data[:at])
+                data = data[at:]
+                self._since = time.monotonic()
+            self._held.append(data)
+            return self._open
+
+    def due_in(self) -> float | None:
+        """Seconds until what is held is passed on anyway (None: nothing is held)."""
+        with self._lock:
+            if self._since is None:
+                return None
+            return max(0.0, self._since + self.hold_s - time.monotonic())
+
+    def release(self) -> None:
+        """Pass on everything held now; while armed, the next burst is held again."""
+        with self._lock:
+            held, self._held, self._since = b"".join(self._held), [], None
+            if held:
+                self._write(held)
+
+    def _burst_start(self, data: bytes) -> int | None:
+        start = 0
+        for line in data.splitlines(keepends=True):
+            if self.burst.match(line.rstrip(b"\r\n")):
+                return start
+            start += len(line)
+        return None
+
+    def _write(self, data: bytes) -> bool:
+        self._open = self._open and _write_all(self.target, data)
+        return self._open
+
+
 def forward(
     source: int,
     target: int,
@@ -123,6 +203,7 @@ def forward(
     *,
     close_target: bool = False,
     fold_java_frames: bool = False,
+    hold: Hold | None = None,
 ) -> threading.Thread:
     """Copy file descriptor ``source`` (the read end of a pipe) to ``target`` until end of file,
     without the :class:`Harmless` lines, in a daemon thread (returned, started); with
@@ -131,28 +212,44 @@ def forward(
     A partial line is passed on after :data:`QUIET_S` seconds of quiet, so a prompt or a
     progress line is not held back. ``source`` (and ``target`` with ``close_target``) is closed
     at the end. If ``target`` stops taking data, ``source`` is still read to its end, so the
-    writer never blocks on a full pipe.
+    writer never blocks on a full pipe. With ``hold`` (whose own target must be ``target``),
+    what passes the filter goes through it: error bursts wait for :meth:`Hold.release` or its
+    time; at the end of file everything held is passed on.
     """
+    if hold is not None and hold.target != target:
+        raise ValueError(f"hold writes to fd {hold.target}, not to the target fd {target}")
+    sink = hold.write if hold is not None else functools.partial(_write_all, target)
+
+    def timeout_ms() -> float | None:
+        waits = [QUIET_S] if lines.holding else []
+        due = hold.due_in() if hold is not None else None
+        if due is not None:
+            waits.append(due)
+        return min(waits) * 1000 if waits else None
+
+    lines = LineFilter(known, fold_java_frames=fold_java_frames)
 
     def run() -> None:
-        lines = LineFilter(known, fold_java_frames=fold_java_frames)
         open_target = True
         poller = select.poll()  # not select(): a kernel may hold descriptors past 1023
         poller.register(source, select.POLLIN)
         try:
             while True:
-                if not poller.poll(QUIET_S * 1000 if lines.holding else None):
-                    held = lines.flush()
-                    open_target = open_target and _write_all(target, held)
-                    continue
-                data = os.read(source, 65536)
-                if not data:
-                    break
-                passed = lines.feed(data)
-                if passed and open_target:
-                    open_target = _write_all(target, passed)
+                if not poller.poll(timeout_ms()):
+                    open_target = open_target and sink(lines.flush())
+                else:
+                    data = os.read(source, 65536)
+                    if not data:
+                        break
+                    passed = lines.feed(data)
+                    if passed and open_target:
+                        open_target = sink(passed)
+                if hold is not None and hold.due_in() == 0:
+                    hold.release()  # its time is up, even while the source keeps writing
             if open_target:
-                _write_all(target, lines.flush())
+                sink(lines.flush())
+            if hold is not None:
+                hold.release()
         finally:
             os.close(source)
             if close_target:
