@@ -1,5 +1,5 @@
 """The ``scalelab`` command: ``up``, ``data fetch``, ``kernels install``, ``doctor``, ``labs``,
-``end-of-term``.
+``end-of-term``, ``submit`` and ``submissions``.
 
 Errors that a user can fix are printed as one line, ``scalelab: error: ...``, with exit status 2
 (bad usage or configuration) or 1 (a data set could not be fetched, a labs sync stopped);
@@ -130,7 +130,50 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("config-reference", help="print the configuration reference (Markdown)")
     _add_labs_parser(sub)
     _add_end_of_term_parser(sub)
+    _add_handin_parsers(sub)
     return parser
+
+
+def _add_handin_parsers(sub: argparse._SubParsersAction) -> None:
+    submit = sub.add_parser(
+        "submit", help="hand in a lab to the course (from a terminal of your course server)"
+    )
+    submit.add_argument("lab", help="the lab's name, e.g. lab1_millionsong_regression")
+    submit.add_argument(
+        "notebook",
+        nargs="?",
+        help="the notebook to hand in (default: <lab>.ipynb here, else in your home)",
+    )
+    submit.add_argument("--json", action="store_true", help="print the receipt as JSON")
+    listing = sub.add_parser("submissions", help="list what you handed in, every version")
+    listing.add_argument("lab", nargs="?", help="one lab only")
+    listing.add_argument("--json", action="store_true", help="print the receipts as JSON")
+
+
+def _handin(args: argparse.Namespace) -> int:
+    import json
+
+    from scalelab.commands.handin import HandInFailed, receipt_line, submissions, submit
+
+    try:
+        if args.command == "submit":
+            found = [submit(args.lab, args.notebook)]
+        else:
+            found = submissions(args.lab)
+    except HandInFailed as exc:
+        print(f"scalelab: error: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(found[0] if args.command == "submit" else found, indent=1))
+    elif args.command == "submit":
+        print(f"Handed in: {receipt_line(found[0])}")
+        print(f"Kept in the course store as {found[0]['path']}; earlier versions stay.")
+    else:
+        for receipt in found:
+            print(receipt_line(receipt))
+        if not found:
+            print("Nothing handed in yet" + (f" for {args.lab}." if args.lab else "."))
+    return 0
 
 
 def _add_end_of_term_parser(sub: argparse._SubParsersAction) -> None:
@@ -346,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers["doctor"] = _doctor
     handlers["config-reference"] = _config_reference
     handlers["end-of-term"] = _end_of_term
+    handlers["submit"] = handlers["submissions"] = _handin
     try:
         return handlers[args.command](args)
     except (UsageError, UpError) as exc:

@@ -33,14 +33,15 @@ _MAX_VERSION = 1_000_000
 _SHA_HEX = re.compile(r"[0-9a-f]{64}")
 
 
-def bundled_labs() -> dict[str, bytes]:
+def bundled_labs(labs_dir: str | None = None) -> dict[str, bytes]:
     """The released labs to deliver: file name -> notebook bytes (``.ipynb`` JSON).
 
-    From the folder in ``$SCALELAB_LABS_DIR`` (:data:`scalelab.envvars.LABS_DIR`) when set, so
-    instructors can release into a shared folder without reinstalling ScaleLab; else the ones
-    shipped in the package. Raises ``OSError`` when that folder cannot be read.
+    From the folder ``labs_dir``, else the one in ``$SCALELAB_LABS_DIR``
+    (:data:`scalelab.envvars.LABS_DIR`) when set, so instructors can release into a shared
+    folder without reinstalling ScaleLab; else the ones shipped in the package. Raises
+    ``OSError`` when that folder cannot be read.
     """
-    override = os.environ.get(envvars.LABS_DIR)
+    override = labs_dir or os.environ.get(envvars.LABS_DIR)
     folder = Path(override) if override else files("scalelab.notebooks") / "release"
     return {
         entry.name: entry.read_bytes()

@@ -72,6 +72,7 @@ CONFIG_CLASSES: tuple[ConfigClass, ...] = (
     ConfigClass("ScaleLabCulling", "scalelab.hub_ext.services.culling", "hub"),
     ConfigClass("DirectoryGroups", "scalelab.hub_ext.hub.directory", "hub"),
     ConfigClass("LivySettings", "scalelab.kernels.livy", "hub"),
+    ConfigClass("HandIn", "scalelab.hub_ext.labs.handin", "hub"),
     ConfigClass("StoreDrive", "scalelab.hub_ext.server.store_drive", "server"),
     ConfigClass("GPUReporter", "scalelab.hub_ext.server.gpu_report", "server"),
     ConfigClass("ScaleLabKernelManager", "scalelab.hub_ext.server.kernel_culling", "server"),

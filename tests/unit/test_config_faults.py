@@ -70,6 +70,11 @@ def _scalelab(*args: str, env: dict | None = None) -> subprocess.CompletedProces
             "c.LivySettings.session_configs = {'driverMem': '1g'}\n",
             "c.LivySettings.session_configs has unknown key(s) ['driverMem']",
         ),
+        ("c.HandIn.deadline = {}\n", "c.HandIn has unknown setting(s) ['deadline']"),
+        (
+            "c.HandIn.deadlines = {'lab1': '2027-01-15 23:59'}\n",
+            "c.HandIn.deadlines['lab1'] = '2027-01-15 23:59' has no UTC offset",
+        ),
     ],
 )
 def test_the_hubs_own_validation_runs_up_front_and_names_the_setting(tmp_path, text, message):

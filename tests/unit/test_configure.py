@@ -36,6 +36,8 @@ def test_configure_installs_spawner_pages_services_once():
         r"/api/scalelab/users/([^/]+)/gpu-readings",  # the servers' GPU reports
         r"/api/scalelab/users/([^/]+)/spark-gpus",  # cluster Spark applications' GPUs
         *[r for r in routes if "logs" in r or "logfiles" in r],
+        r"/api/scalelab/users/([^/]+)/submissions",  # hand-in (issue 33)
+        r"/api/scalelab/users/([^/]+)/submissions/([^/]+)",
     ]
     assert len(routes) == len(set(routes)) and any("logs" in r for r in routes)
     assert _services(c) == ["mine", "scalelab-gpu-monitor", "scalelab-idle-culler"]

@@ -60,7 +60,7 @@ ALLOWED = {
         "leaves",
         "facade",
     },
-    "hub": {"spawner", "services", "kernels", "store", "leaves"},
+    "hub": {"spawner", "services", "kernels", "store", "labs", "leaves"},  # hand-in: labs
     "services": {"leaves"},
     "spawner": {"kernels", "store", "leaves"},
     "server": {"kernels", "store", "labs", "leaves"},
