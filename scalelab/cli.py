@@ -153,7 +153,8 @@ def _add_handin_parsers(sub: argparse._SubParsersAction) -> None:
 def _handin(args: argparse.Namespace) -> int:
     import json
 
-    from scalelab.commands.handin import HandInFailed, receipt_line, submissions, submit
+    from scalelab.commands.handin import submit
+    from scalelab.hub_ext.labs.handin_client import HandInFailed, receipt_line, submissions
 
     try:
         if args.command == "submit":

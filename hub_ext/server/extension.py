@@ -25,6 +25,7 @@ from scalelab.common.atomicfile import write_atomic
 from scalelab.common.diskspace import full_disk_message, is_disk_full
 from scalelab.hub_ext.labs.sync import sync_labs
 from scalelab.hub_ext.server import store_drive
+from scalelab.hub_ext.server.handin_page import add_handin_page
 from scalelab.hub_ext.server.labs_handlers import add_lab_handlers
 
 
@@ -43,6 +44,7 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     for manager in home_managers(serverapp.contents_manager):
         manager.register_pre_save_hook(refuse_a_save_without_room)
     add_lab_handlers(serverapp)  # "Get new labs" page and API
+    add_handin_page(serverapp)  # "Hand In" page
     from scalelab.hub_ext.server import logstream
     from scalelab.kernels import livy
 

@@ -13,7 +13,7 @@ import pytest
 from traitlets import TraitError
 from traitlets.config import Config
 
-from scalelab.commands.handin import HandInFailed, notebook_for, receipt_line, submit
+from scalelab.commands.handin import notebook_for, submit
 from scalelab.hub_ext.labs.handin import (
     HandIn,
     HandInError,
@@ -24,6 +24,7 @@ from scalelab.hub_ext.labs.handin import (
     parse_deadline,
     stamp,
 )
+from scalelab.hub_ext.labs.handin_client import HandInFailed, receipt_line
 
 NOTEBOOK = nbformat.writes(
     nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"x = {i}") for i in range(3)])

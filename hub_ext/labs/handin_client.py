@@ -1,0 +1,113 @@
+"""The hand-in client: a student's server (or a terminal of it) talks to the hub's hand-in API
+(:mod:`scalelab.hub_ext.hub.submissions`) with the server's own ``JUPYTERHUB_API_TOKEN``.
+
+Used by ``scalelab submit`` / ``scalelab submissions`` and by the server extension's Hand In page.
+Why: docs/design-notes.md, scalelab.hub_ext.labs.handin.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from datetime import datetime
+from urllib.parse import quote
+
+#: Seconds to wait for the hub's answer (it writes the notebook to the course store).
+HUB_TIMEOUT_S = 120.0
+
+
+class HandInFailed(Exception):
+    """The hand-in or the listing did not happen; the message says why and what to do."""
+
+
+def hub_of(environ: Mapping[str, str]) -> tuple[str, str, str]:
+    """(API URL, token, user) of the server this process runs in.
+
+    Raises
+    ------
+    HandInFailed
+        Not in a course server (the variables are unset).
+    """
+    values = [environ.get(k, "") for k in ("JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN")]
+    user = environ.get("JUPYTERHUB_USER", "")
+    if not all(values) or not user:
+        raise HandInFailed(
+            "this is not a terminal of a course server (JUPYTERHUB_API_URL, "
+            "JUPYTERHUB_API_TOKEN and JUPYTERHUB_USER are unset): open a terminal in your "
+            "JupyterLab on the course hub and run the command there."
+        )
+    return values[0].rstrip("/"), values[1], user
+
+
+def _call(method: str, url: str, token: str, body: bytes | None = None) -> dict:
+    request = urllib.request.Request(
+        url,
+        data=body,
+        method=method,
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=HUB_TIMEOUT_S) as response:
+            return json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        try:
+            message = json.loads(exc.read() or b"{}").get("message", "")
+        except ValueError:
+            message = ""
+        raise HandInFailed(message or f"the hub answered HTTP {exc.code}") from None
+    except (OSError, ValueError) as exc:
+        raise HandInFailed(
+            f"the hub could not be reached ({exc}); nothing was handed in: try again in a minute."
+        ) from None
+
+
+def lab_of(name: str) -> str:
+    """``name`` without a trailing ``.ipynb``."""
+    return name[: -len(".ipynb")] if name.endswith(".ipynb") else name
+
+
+def send(lab: str, content: bytes, environ: Mapping[str, str] = os.environ) -> dict:
+    """Hand in ``content`` (a notebook's bytes) as ``lab``; the hub's receipt (a dict, see
+    :class:`~scalelab.hub_ext.labs.handin.Receipt`). One HTTP request, up to
+    :data:`HUB_TIMEOUT_S` seconds.
+
+    Raises
+    ------
+    HandInFailed
+        Not in a course server, or the hub refused (its message says why) or did not answer.
+    """
+    api, token, user = hub_of(environ)
+    url = f"{api}/scalelab/users/{quote(user, safe='')}/submissions/{quote(lab_of(lab), safe='')}"
+    return _call("POST", url, token, content)
+
+
+def submissions(lab: str | None, environ: Mapping[str, str] = os.environ) -> list[dict]:
+    """The receipts of one's versions (of ``lab``, or of every lab), oldest first.
+
+    Raises
+    ------
+    HandInFailed
+        As :func:`send`.
+    """
+    api, token, user = hub_of(environ)
+    url = f"{api}/scalelab/users/{quote(user, safe='')}/submissions"
+    if lab:
+        url += "/" + quote(lab_of(lab), safe="")
+    return _call("GET", url, token)["submissions"]
+
+
+def receipt_line(receipt: Mapping) -> str:
+    """One receipt as the student reads it (pure)."""
+    when = datetime.fromisoformat(receipt["submitted_at"]).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if receipt.get("deadline"):
+        due = datetime.fromisoformat(receipt["deadline"]).strftime("%Y-%m-%d %H:%M UTC")
+        timing = f"LATE (deadline {due})" if receipt["late"] else f"on time (deadline {due})"
+    else:
+        timing = "no deadline"
+    return (
+        f"{receipt['lab']} version {receipt['version']}, handed in {when}, {timing}: "
+        f"{receipt['bytes']:,} bytes, {receipt['cells']} cells, sha256 {receipt['sha256'][:12]}"
+    )
