@@ -32,8 +32,10 @@ from scalelab.hub_ext.labs.handin import (
     SUBMISSIONS,
     HandIn,
     HandInError,
+    HandInLimitError,
     check_lab_name,
     check_notebook,
+    check_room,
     is_stamp,
     make_receipt,
     user_folder,
@@ -94,12 +96,14 @@ def hand_in(
     Raises
     ------
     HandInError
-        The notebook is refused (:func:`~scalelab.hub_ext.labs.handin.check_notebook`).
+        The notebook is refused (:func:`~scalelab.hub_ext.labs.handin.check_notebook`), or
+        :class:`~scalelab.hub_ext.labs.handin.HandInLimitError`: ``max_versions`` reached.
     """
     cells = check_notebook(content, int(settings.max_notebook_mib * 2**20))
     make_private_folder(store, SUBMISSIONS)
     folder = user_folder(lab, user)
     earlier = _stamps(store, folder)
+    check_room(lab, earlier, settings.max_versions)
     receipt = make_receipt(lab, user, content, cells, now, earlier, settings.deadlines)
     version = f"{folder}/{receipt.stamp}"
     store.makedirs(version, exist_ok=True)
@@ -164,7 +168,8 @@ class SubmissionsHandler(APIHandler):
         try:
             return await asyncio.to_thread(work, *args)
         except HandInError as exc:
-            raise web.HTTPError(400, f"Not handed in: {exc}") from None
+            status = 409 if isinstance(exc, HandInLimitError) else 400
+            raise web.HTTPError(status, f"Not handed in: {exc}") from None
         except (OSError, RuntimeError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             self.log.error("ScaleLab %s failed in the course store: %s", what, first)

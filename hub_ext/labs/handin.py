@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
 import nbformat
-from traitlets import Dict, Float, Unicode, validate
+from traitlets import Dict, Float, Int, TraitError, Unicode, validate
 
 from scalelab.common.strictconfig import StrictConfigurable
 
@@ -44,6 +44,10 @@ _LAB = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 class HandInError(ValueError):
     """A hand-in is refused; the message names the problem and the fix (shown to the student)."""
+
+
+class HandInLimitError(HandInError):
+    """The student has handed in a lab as many times as the course allows."""
 
 
 class HandIn(StrictConfigurable):
@@ -64,6 +68,21 @@ class HandIn(StrictConfigurable):
         help="""Largest notebook a student may hand in, in MiB (outputs included: a notebook
         over it is refused with its size and the fix, clear the outputs). Default 32.""",
     )
+
+    max_versions = Int(
+        100,
+        config=True,
+        help="""Versions of one lab a student may hand in (each is kept): one more is refused
+        with the count and the fix, ask the instructor. It bounds what a student's loop can
+        put in the course store (at most max_versions x max_notebook_mib per lab). 0: no
+        bound. Default 100.""",
+    )
+
+    @validate("max_versions")
+    def _valid_max_versions(self, proposal: dict) -> int:
+        if proposal["value"] < 0:
+            raise TraitError(f"c.HandIn.max_versions = {proposal['value']}: use 0 or more")
+        return proposal["value"]
 
     @validate("deadlines")
     def _valid_deadlines(self, proposal: dict) -> dict:
@@ -181,6 +200,23 @@ def check_notebook(content: bytes, max_bytes: int) -> int:
             "hand it in again."
         ) from None
     return len(notebook.get("cells", []))
+
+
+def check_room(lab: str, earlier: Iterable[str], max_versions: int) -> None:
+    """Refuse one more version of ``lab`` after the versions ``earlier`` (their stamps) when
+    ``max_versions`` (> 0) are there already (pure).
+
+    Raises
+    ------
+    HandInLimitError
+        The count is reached: the message gives it and the fix.
+    """
+    count = sum(1 for name in earlier if is_stamp(name))
+    if max_versions and count >= max_versions:
+        raise HandInLimitError(
+            f"you have handed in {lab} {count} times, the course's limit (every version is "
+            "kept): ask your instructor if you need to hand in again."
+        )
 
 
 def stamp(when: datetime) -> str:

@@ -17,8 +17,10 @@ from scalelab.commands.handin import notebook_for, submit
 from scalelab.hub_ext.labs.handin import (
     HandIn,
     HandInError,
+    HandInLimitError,
     check_lab_name,
     check_notebook,
+    check_room,
     is_stamp,
     make_receipt,
     parse_deadline,
@@ -136,3 +138,13 @@ def test_the_receipt_line_says_version_time_and_lateness():
 def test_outside_a_server_the_command_sends_nothing(tmp_path: Path):
     with pytest.raises(HandInFailed, match="not a terminal of a course server"):
         submit("lab1", None, environ={"JUPYTERHUB_USER": "alice"})
+
+
+def test_the_bound_on_versions_counts_versions_only_and_zero_is_none():
+    versions = [stamp(datetime(2026, 12, 7, 12, 0, i, tzinfo=UTC)) for i in range(3)]
+    check_room("lab1", [*versions[:2], "receipt.json", "junk"], 3)  # two versions: room
+    with pytest.raises(HandInLimitError, match="handed in lab1 3 times, the course's limit"):
+        check_room("lab1", versions, 3)
+    check_room("lab1", versions * 100, 0)
+    with pytest.raises(TraitError, match="use 0 or more"):
+        HandIn(config=Config({"HandIn": {"max_versions": -1}}))

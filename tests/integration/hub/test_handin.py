@@ -26,6 +26,7 @@ DEADLINES = (
     f"    {LAB2!r}: '2999-01-01T00:00:00+01:00',\n"
     "    'project': '2999-06-30T23:59:00+02:00',\n"  # a lab the course adds by its deadline
     "}\n"
+    "c.HandIn.max_versions = 3\n"
 )
 
 
@@ -177,3 +178,14 @@ def test_outside_a_course_server_the_command_says_where_to_run_it(tmp_path: Path
     )
     assert done.returncode == 1
     assert "open a terminal in your JupyterLab on the course hub" in done.stderr
+
+
+def test_past_the_course_s_bound_on_versions_one_more_is_refused(hub: ScaleLabUp, tmp_path: Path):
+    path = _notebook(tmp_path, "again.ipynb", "again = True")
+    for version in (1, 2, 3):
+        done = _cli(hub, "submit", LAB4, str(path), "--json", cwd=tmp_path)
+        assert done.returncode == 0 and json.loads(done.stdout)["version"] == version, done.stderr
+    refused = _cli(hub, "submit", LAB4, str(path), cwd=tmp_path)
+    assert refused.returncode == 1
+    assert f"you have handed in {LAB4} 3 times, the course's limit" in refused.stderr
+    assert len(_versions(hub, LAB4)) == 3

@@ -52,7 +52,7 @@ from scalelab.spawner import netns
 from scalelab.spawner.system_users import NO_LOGIN
 from tests.support import sandboxes
 from tests.support.cgroupfs import cgroup_of
-from tests.support.hubproc import ScaleLabUp, execute, server_process
+from tests.support.hubproc import ScaleLabUp, execute, server_environ, server_process
 from tests.support.sysusers import MARKS, remove_users
 
 pytestmark = MARKS
@@ -64,6 +64,9 @@ SECRET = "bob's secret answer 42"
 
 #: The whole store, unguarded (an explicit URL), as ops open it: only the OS keeps alice out.
 RAW_STORE = "open_store(os.environ['SCALELAB_STORE_URL'])"
+#: A call to the hub's API with alice's server's own token, from her kernel.
+HUB_CALL = "hub_call"
+LAB1 = "lab1_millionsong_regression"
 #: What alice's kernel tries; each entry: (name, Python statement that must raise).
 ATTEMPTS: list[tuple[str, str]] = [
     ("bob's server environ (API token)", "open(f'/proc/{bob_pid}/environ').read()"),
@@ -106,14 +109,26 @@ ATTEMPTS: list[tuple[str, str]] = [
         "connect to bob's kernel iopub",
         "import socket; socket.socket(socket.AF_UNIX).connect(bob_iopub)",
     ),
+    # bob's hand-in (issue 33): in the store's submissions/, which the hub alone writes.
+    ("raw: list the hand-ins", "os.listdir(f'{store_dir}/submissions')"),
+    ("raw: read bob's hand-in", "open(f'{store_dir}/{bob_handin}').read()"),
+    ("open_store(url): bob's hand-in", f"{RAW_STORE}.cat_file(bob_handin)"),
+    ("hub API: bob's hand-ins", f"{HUB_CALL}('GET', 'bob/submissions')"),
+    ("hub API: hand in as bob", f"{HUB_CALL}('POST', f'bob/submissions/{{LAB1}}', b'{{}}')"),
 ]
 
 #: Runs in alice's kernel: every attempt, then what alice may do; prints JSON.
 PROBE = """
-import json, os
+import json, os, urllib.request
 from scalelab.store import open_store, student_store
 params = json.loads({params!r})
 globals().update(params)
+LAB1 = {lab1!r}
+def hub_call(method, path, body=None):
+    url = os.environ["JUPYTERHUB_API_URL"] + "/scalelab/users/" + path
+    token = {{"Authorization": "token " + os.environ["JUPYTERHUB_API_TOKEN"]}}
+    request = urllib.request.Request(url, data=body, method=method, headers=token)
+    return urllib.request.urlopen(request, timeout=60).read()
 outcome, detail = {{}}, {{}}
 for name, code in params["attempts"]:
     try:
@@ -133,6 +148,9 @@ allowed = {{
     "umask": oct(os.umask(0o077)),
     "spark": spark.range(10).count(),  # starts the Spark driver's JVM, as alice
 }}
+from scalelab.hub_ext.labs.handin_client import send
+from scalelab.hub_ext.labs.sync import bundled_labs
+allowed["hand-in"] = send(LAB1, bundled_labs()[LAB1 + ".ipynb"])["version"]
 import tempfile
 import time
 from pyspark import SparkFiles
@@ -245,9 +263,20 @@ async def test_alices_kernel_cannot_reach_bob_or_the_hubs_secrets(hub: ScaleLabU
         "store_dir": str(store),
         "operator_config": str(state.parent / f"{state.name}-operator_config.py"),
     }
+    # bob hands in with his server's own token (as `scalelab submit` in his terminal does).
+    bob_token = server_environ(hub, "bob")["JUPYTERHUB_API_TOKEN"]
+    handed = requests.post(
+        f"{hub.url}/hub/api/scalelab/users/bob/submissions/{LAB1}",
+        data=(Path(__file__).parents[3] / "notebooks" / "release" / f"{LAB1}.ipynb").read_bytes(),
+        headers={"Authorization": f"token {bob_token}"},
+        timeout=60,
+    )
+    assert handed.status_code == 201, handed.text
+    params["bob_handin"] = handed.json()["path"]
     kernel = hub.server_api("alice", "POST", "/kernels", json={"name": "scalelab-pyspark"})
     kernel_id = kernel.json()["id"]
-    out = await execute(hub, "alice", kernel_id, PROBE.format(params=json.dumps(params)))
+    probe = PROBE.format(params=json.dumps(params), lab1=LAB1)
+    out = await execute(hub, "alice", kernel_id, probe)
     assert out["error"] is None, out
     report = json.loads(out["stdout"].strip().splitlines()[-1])
     leaked = {k: v for k, v in report["outcome"].items() if not v.startswith("refused")}
@@ -257,7 +286,13 @@ async def test_alices_kernel_cannot_reach_bob_or_the_hubs_secrets(hub: ScaleLabU
     # hub's files under /tmp are not in alice's sandbox's /tmp at all), not by ScaleLab's guard
     # in alice's own process (whose refusal would be a StoreAccessError).
     by_os = ("PermissionError", "FileNotFoundError")
-    other = {k: report["detail"][k] for k, v in report["outcome"].items() if not v.endswith(by_os)}
+    by_hub = {k: report["detail"][k] for k in report["outcome"] if k.startswith("hub API")}
+    assert set(by_hub.values()) == {"HTTP Error 404: Not Found"}, by_hub  # JupyterHub's scopes
+    other = {
+        k: report["detail"][k]
+        for k, v in report["outcome"].items()
+        if not v.endswith(by_os) and k not in by_hub
+    }
     assert other == {}, other
     alice = pwd.getpwnam("jupyter-alice")
     assert report["allowed"] == {
@@ -267,7 +302,10 @@ async def test_alices_kernel_cannot_reach_bob_or_the_hubs_secrets(hub: ScaleLabU
         "datasets": "year,loudness\n2001,-7.5\n",
         "umask": "0o77",
         "spark": 10,
+        "hand-in": 1,  # her own, through the hub, from her sandbox
     }
+    handins = store / "submissions"
+    assert (handins.stat().st_uid, stat.S_IMODE(handins.stat().st_mode)) == (0, 0o700)
     # Python, Spark and the driver's JVM write temporary files in the server's own folder
     # (alice's, 0700, removed with the server), never in the /tmp bob can plant names in.
     runtime = Path(_state(hub, "alice")["scalelab_runtime_dir"])
