@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from scalelab.store import DATASETS, open_store
 from scalelab.store.datasets.fetch import fetch_dataset
@@ -104,6 +105,47 @@ def test_the_course_store_drive_works_on_hdfs(
     assert refused.status_code == 403, refused.text
     assert "datasets/planted.bin" in refused.json()["message"]
     assert not hdfs_cluster.webhdfs().exists(f"{course_root}/datasets/planted.bin")
+
+
+def test_a_hand_in_on_hdfs_is_the_hubs_and_alice_cannot_reach_it_as_herself(
+    hub: ScaleLabUp,
+    hdfs_cluster: HadoopTestCluster,
+    course_root: str,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Issue 33: the hub writes hand-ins with its own HDFS identity into submissions/ (0700);
+    HDFS itself refuses alice there, whatever her code does."""
+    lab = "lab1_millionsong_regression"
+    content = (REPO / "notebooks" / "release" / f"{lab}.ipynb").read_bytes()
+    token = server_environ(hub, "alice")["JUPYTERHUB_API_TOKEN"]  # her server's own
+    handed = requests.post(
+        f"{hub.url}/hub/api/scalelab/users/alice/submissions/{lab}",
+        data=content,
+        headers={"Authorization": f"token {token}"},
+        timeout=120,
+    )
+    assert handed.status_code == 201, handed.text
+    receipt = handed.json()
+    webhdfs = hdfs_cluster.webhdfs()
+    info = webhdfs.info(f"{course_root}/submissions")
+    assert (info["type"], info["permission"]) == ("directory", "700")
+    assert info["owner"] != "alice"
+    assert webhdfs.cat_file(f"{course_root}/{receipt['path']}") == content
+    monkeypatch.setenv("HADOOP_USER_NAME", "alice")  # as her server and kernels are
+    as_alice = open_store(hdfs_cluster.url(course_root))
+    as_alice.pipe_file("home/alice/mine.txt", b"x")
+    assert webhdfs.info(f"{course_root}/home/alice/mine.txt")["owner"] == "alice"  # alice there
+    refused = "Permission denied: user=alice, access=(EXECUTE|READ_EXECUTE)"  # the namenode's
+    with pytest.raises((PermissionError, RuntimeError), match=refused):
+        as_alice.cat_file(receipt["path"])
+    with pytest.raises((PermissionError, RuntimeError), match=refused):
+        as_alice.ls("submissions")
+    listed = requests.get(
+        f"{hub.url}/hub/api/scalelab/users/alice/submissions",
+        headers={"Authorization": f"token {token}"},
+        timeout=120,
+    )
+    assert [r["sha256"] for r in listed.json()["submissions"]] == [receipt["sha256"]]
 
 
 def test_a_pyspark_kernel_reads_and_writes_hdfs_as_its_student(
