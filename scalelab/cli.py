@@ -1,5 +1,5 @@
 """The ``scalelab`` command: ``up``, ``data fetch``, ``kernels install``, ``doctor``, ``labs``,
-``end-of-term``, ``submit`` and ``submissions``.
+``end-of-term``, ``submit``, ``submissions`` and ``collect``.
 
 Errors that a user can fix are printed as one line, ``scalelab: error: ...``, with exit status 2
 (bad usage or configuration) or 1 (a data set could not be fetched, a labs sync stopped);
@@ -145,9 +145,41 @@ def _add_handin_parsers(sub: argparse._SubParsersAction) -> None:
         help="the notebook to hand in (default: <lab>.ipynb here, else in your home)",
     )
     submit.add_argument("--json", action="store_true", help="print the receipt as JSON")
+    collect = sub.add_parser(
+        "collect", help="an instructor's copy of every student's hand-in of a lab (hub admins)"
+    )
+    collect.add_argument("lab", help="the lab's name")
+    collect.add_argument(
+        "--before",
+        help="collect the latest version at or before this time (ISO 8601 with its UTC offset, "
+        "or 'deadline': the lab's); default: the latest version",
+    )
+    collect.add_argument(
+        "--to", type=Path, help="the folder to collect into (default: collected/<lab>)"
+    )
+    collect.add_argument(
+        "--hub",
+        help="the hub's address, e.g. http://127.0.0.1:8000 (default: JUPYTERHUB_API_URL); the "
+        "token of a hub admin in SCALELAB_HUB_TOKEN",
+    )
     listing = sub.add_parser("submissions", help="list what you handed in, every version")
     listing.add_argument("lab", nargs="?", help="one lab only")
     listing.add_argument("--json", action="store_true", help="print the receipts as JSON")
+
+
+def _collect(args: argparse.Namespace) -> int:
+    from scalelab.commands.handin import collect
+
+    folder = args.to or Path("collected") / args.lab.removesuffix(".ipynb")
+    rows, table = collect(args.lab, args.before, folder, hub_url=args.hub)
+    got = [row for row in rows if row["receipt"] is not None]
+    late = sum(1 for row in got if row["receipt"]["late"])
+    after = sum(1 for row in rows if row["after"])
+    print(
+        f"Collected {args.lab} from {len(got)} of {len(rows)} student(s) into {folder} "
+        f"({late} late; {after} with versions after the cut-off); the table: {table}"
+    )
+    return 0
 
 
 def _handin(args: argparse.Namespace) -> int:
@@ -157,6 +189,8 @@ def _handin(args: argparse.Namespace) -> int:
     from scalelab.hub_ext.labs.handin_client import HandInFailed, receipt_line, submissions
 
     try:
+        if args.command == "collect":
+            return _collect(args)
         if args.command == "submit":
             found = [submit(args.lab, args.notebook)]
         else:
@@ -390,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers["doctor"] = _doctor
     handlers["config-reference"] = _config_reference
     handlers["end-of-term"] = _end_of_term
-    handlers["submit"] = handlers["submissions"] = _handin
+    handlers["submit"] = handlers["submissions"] = handlers["collect"] = _handin
     try:
         return handlers[args.command](args)
     except (UsageError, UpError) as exc:

@@ -36,8 +36,10 @@ from scalelab.hub_ext.labs.handin import (
     check_lab_name,
     check_notebook,
     check_room,
+    chosen_version,
     is_stamp,
     make_receipt,
+    parse_deadline,
     user_folder,
 )
 
@@ -141,6 +143,35 @@ def receipts(store: Any, user: str, labs: Collection[str] | None = None) -> list
     return found
 
 
+def collection(store: Any, lab: str, before: datetime | None) -> list[dict]:
+    """Every student's version of ``lab`` to collect (see
+    :func:`~scalelab.hub_ext.labs.handin.chosen_version`), students in name order: ``{"user",
+    "receipt" (None: none at or before ``before``), "after" (versions after it)}``."""
+    folder = f"{SUBMISSIONS}/{lab}"
+    if not store.exists(folder):
+        return []
+    users = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in store.ls(folder, detail=False))
+    rows = []
+    for user in users:
+        chosen, after = chosen_version(receipts(store, user, [lab]), before)
+        rows.append({"user": user, "receipt": chosen, "after": after})
+    return rows
+
+
+def version_bytes(store: Any, lab: str, user: str, version: str) -> bytes:
+    """The notebook of ``user``'s version ``version`` (its stamp) of ``lab``, as handed in.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such version (or one cut short: no receipt).
+    """
+    folder = f"{user_folder(lab, user)}/{version}"
+    if not is_stamp(version) or not store.exists(f"{folder}/{RECEIPT}"):
+        raise FileNotFoundError(f"{user} has no version {version} of {lab}")
+    return store.cat_file(f"{folder}/{lab}.ipynb")
+
+
 class SubmissionsHandler(APIHandler):
     """Hand-in and the list of versions (see the module docstring)."""
 
@@ -151,7 +182,11 @@ class SubmissionsHandler(APIHandler):
         return user.spawner
 
     def _store(self, user_name: str) -> Any:
-        spawner = self._spawner(user_name)
+        return self._open(self._spawner(user_name))
+
+    @staticmethod
+    def _open(spawner: Any) -> Any:
+        """The course store with the hub's own options, from ``spawner``'s settings."""
         url = getattr(spawner, "store_url", "")
         if not url:
             raise web.HTTPError(
@@ -221,7 +256,10 @@ class SubmissionsHandler(APIHandler):
         self.write(json.dumps(receipt))
 
     @needs_scope("users:activity")
-    async def get(self, user_name: str, lab: str | None = None) -> None:
+    async def get(self, user_name: str, lab: str | None = None, version: str | None = None) -> None:
+        if version is not None:
+            await self._version(user_name, lab or "", version)
+            return
         labs = None
         if lab is not None:
             try:
@@ -232,10 +270,66 @@ class SubmissionsHandler(APIHandler):
         found = await self._run("listing", receipts, store, user_name, labs)
         self.write(json.dumps({"submissions": found}))
 
+    async def _version(self, user_name: str, lab: str, version: str) -> None:
+        try:
+            lab = check_lab_name(lab)
+        except HandInError as exc:
+            raise web.HTTPError(400, str(exc)) from None
+        store = self._store(user_name)
+        try:
+            content = await self._run("download", version_bytes, store, lab, user_name, version)
+        except FileNotFoundError as exc:
+            raise web.HTTPError(404, str(exc)) from None
+        self.set_header("Content-Type", "application/x-ipynb+json")
+        self.write(content)
+
+
+class CollectionHandler(SubmissionsHandler):
+    """``GET /hub/api/scalelab/submissions/<lab>[?before=<ISO 8601>]`` (scope
+    ``admin:users``: the course's instructors, who are the hub's admins): each student's version
+    to collect, ``{"lab", "deadline", "before", "students": [{"user", "receipt", "after"}]}``.
+    ``before=deadline`` takes the lab's deadline."""
+
+    @needs_scope("admin:users")
+    async def get(self, lab: str) -> None:  # type: ignore[override]
+        settings = self._settings()
+        try:
+            lab = check_lab_name(lab)
+        except HandInError as exc:
+            raise web.HTTPError(400, str(exc)) from None
+        deadline = settings.deadlines.get(lab)
+        text = self.get_argument("before", "")
+        if text == "deadline" and not deadline:
+            raise web.HTTPError(400, f"{lab} has no deadline (c.HandIn.deadlines)")
+        try:
+            before = parse_deadline(deadline if text == "deadline" else text) if text else None
+        except HandInError as exc:
+            raise web.HTTPError(400, f"before: {exc}") from None
+        store = self._course_store()
+        rows = await self._run("collection", collection, store, lab, before)
+        self.write(
+            json.dumps(
+                {
+                    "lab": lab,
+                    "deadline": deadline,
+                    "before": before.astimezone(UTC).isoformat() if before else None,
+                    "students": rows,
+                }
+            )
+        )
+
+    def _course_store(self) -> Any:
+        # The course's own settings: a spawner object made for no user reads them (never
+        # started), as the GPU pool does at the hub's start.
+        spawner_class = self.settings.get("spawner_class")
+        return self._open(spawner_class(config=self.config) if spawner_class else None)
+
 
 def handlers() -> list[tuple[str, type]]:
     """Routes for ``c.JupyterHub.extra_handlers`` (mounted under ``/hub/``)."""
     return [
         (r"/api/scalelab/users/([^/]+)/submissions", SubmissionsHandler),
         (r"/api/scalelab/users/([^/]+)/submissions/([^/]+)", SubmissionsHandler),
+        (r"/api/scalelab/users/([^/]+)/submissions/([^/]+)/([^/]+)", SubmissionsHandler),
+        (r"/api/scalelab/submissions/([^/]+)", CollectionHandler),
     ]

@@ -22,7 +22,7 @@ import hashlib
 import json
 import re
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
@@ -261,3 +261,23 @@ def make_receipt(
         cells=cells,
         path=f"{user_folder(lab, user)}/{version_stamp}/{lab}.ipynb",
     )
+
+
+def chosen_version(
+    receipts: Sequence[Mapping], before: datetime | None
+) -> tuple[Mapping | None, int]:
+    """The version to collect from one student's ``receipts`` of one lab (pure): the latest
+    handed in at or before ``before`` (aware; None: the latest of all), and how many versions
+    came after ``before`` (0 without it).
+
+    Returns
+    -------
+    (receipt or None, int)
+        None when every version came after ``before`` (or there is none).
+    """
+    ordered = sorted(receipts, key=lambda r: r["stamp"])
+    if before is None:
+        return (ordered[-1] if ordered else None), 0
+    cut = stamp(before)
+    kept = [r for r in ordered if r["stamp"] <= cut]
+    return (kept[-1] if kept else None), len(ordered) - len(kept)

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from datetime import datetime
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 #: Seconds to wait for the hub's answer (it writes the notebook to the course store).
 HUB_TIMEOUT_S = 120.0
@@ -43,6 +43,10 @@ def hub_of(environ: Mapping[str, str]) -> tuple[str, str, str]:
 
 
 def _call(method: str, url: str, token: str, body: bytes | None = None) -> dict:
+    return json.loads(_request(method, url, token, body) or b"{}")
+
+
+def _request(method: str, url: str, token: str, body: bytes | None = None) -> bytes:
     request = urllib.request.Request(
         url,
         data=body,
@@ -51,7 +55,7 @@ def _call(method: str, url: str, token: str, body: bytes | None = None) -> dict:
     )
     try:
         with urllib.request.urlopen(request, timeout=HUB_TIMEOUT_S) as response:
-            return json.loads(response.read() or b"{}")
+            return response.read()
     except urllib.error.HTTPError as exc:
         try:
             message = json.loads(exc.read() or b"{}").get("message", "")
@@ -111,3 +115,30 @@ def receipt_line(receipt: Mapping) -> str:
         f"{receipt['lab']} version {receipt['version']}, handed in {when}, {timing}: "
         f"{receipt['bytes']:,} bytes, {receipt['cells']} cells, sha256 {receipt['sha256'][:12]}"
     )
+
+
+def collection(api: str, token: str, lab: str, before: str | None) -> dict:
+    """The hub's list of each student's version of ``lab`` to collect (an instructor's call:
+    ``token`` must be a hub admin's), at or before ``before`` (ISO 8601, or ``"deadline"``).
+
+    Raises
+    ------
+    HandInFailed
+        The hub refused (not an admin: JupyterHub's 403) or did not answer.
+    """
+    url = f"{api.rstrip('/')}/scalelab/submissions/{quote(lab_of(lab), safe='')}"
+    if before:
+        url += "?" + urlencode({"before": before})
+    return _call("GET", url, token)
+
+
+def version(api: str, token: str, user: str, lab: str, stamp: str) -> bytes:
+    """The notebook of ``user``'s version ``stamp`` of ``lab``, byte for byte as handed in.
+
+    Raises
+    ------
+    HandInFailed
+        As :func:`collection`; 404 for no such version.
+    """
+    parts = "/".join(quote(part, safe="") for part in (user, "submissions", lab_of(lab), stamp))
+    return _request("GET", f"{api.rstrip('/')}/scalelab/users/{parts}", token)

@@ -21,6 +21,7 @@ from scalelab.hub_ext.labs.handin import (
     check_lab_name,
     check_notebook,
     check_room,
+    chosen_version,
     is_stamp,
     make_receipt,
     parse_deadline,
@@ -148,3 +149,14 @@ def test_the_bound_on_versions_counts_versions_only_and_zero_is_none():
     check_room("lab1", versions * 100, 0)
     with pytest.raises(TraitError, match="use 0 or more"):
         HandIn(config=Config({"HandIn": {"max_versions": -1}}))
+
+
+def test_the_version_collected_is_the_latest_at_or_before_the_cut_off():
+    times = [datetime(2027, 1, 15, 22, m, tzinfo=UTC) for m in (0, 30, 59)]
+    receipts = [{"stamp": stamp(t), "version": i + 1} for i, t in enumerate(times)]
+    shuffled = [receipts[2], receipts[0], receipts[1]]
+    assert chosen_version(shuffled, None) == (receipts[2], 0)
+    assert chosen_version(shuffled, times[1]) == (receipts[1], 1)  # at the cut-off: taken
+    assert chosen_version(shuffled, times[1] - timedelta(microseconds=1)) == (receipts[0], 2)
+    assert chosen_version(shuffled, times[0] - timedelta(seconds=1)) == (None, 3)
+    assert chosen_version([], None) == (None, 0)

@@ -189,3 +189,73 @@ def test_past_the_course_s_bound_on_versions_one_more_is_refused(hub: ScaleLabUp
     assert refused.returncode == 1
     assert f"you have handed in {LAB4} 3 times, the course's limit" in refused.stderr
     assert len(_versions(hub, LAB4)) == 3
+
+
+def _collect(hub: ScaleLabUp, tmp_path: Path, *args: str, token: str | None = None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTERHUB_")}
+    env["SCALELAB_HUB_TOKEN"] = token or hub.token  # the tests' service: a hub admin
+    return subprocess.run(
+        [sys.executable, "-m", "scalelab", "collect", *args, "--hub", hub.url],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _table(path: Path) -> list[dict]:
+    import csv
+
+    with path.open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_an_instructor_collects_the_latest_or_the_version_before_a_time(
+    hub: ScaleLabUp, tmp_path: Path
+):
+    latest = _collect(hub, tmp_path, LAB2)
+    assert latest.returncode == 0, latest.stderr
+    assert f"Collected {LAB2} from 1 of 1 student(s) into collected/{LAB2}" in latest.stdout
+    [row] = _table(tmp_path / "collected" / LAB2 / "collected.csv")
+    assert (row["user"], row["version"], row["late"], row["after_cutoff"]) == (
+        "alice",
+        "2",
+        "False",
+        "0",
+    )
+    v1, v2 = _versions(hub, LAB2)
+    copied = tmp_path / "collected" / LAB2 / "alice" / v2.name / f"{LAB2}.ipynb"
+    assert copied.read_bytes() == (v2 / f"{LAB2}.ipynb").read_bytes()
+
+    first = json.loads((v1 / "receipt.json").read_text())
+    before = _collect(hub, tmp_path, LAB2, "--before", first["submitted_at"], "--to", "at-v1")
+    assert before.returncode == 0, before.stderr
+    [row] = _table(tmp_path / "at-v1" / "collected.csv")
+    assert (row["version"], row["stamp"], row["after_cutoff"]) == ("1", v1.name, "1")
+
+    # Lab 1's deadline is long past and alice handed in after it: nothing to collect for her.
+    due = _collect(hub, tmp_path, LAB1, "--before", "deadline", "--to", "lab1")
+    assert due.returncode == 0, due.stderr
+    assert "from 0 of 1 student(s)" in due.stdout and "1 with versions after" in due.stdout
+    [row] = _table(tmp_path / "lab1" / "collected.csv")
+    assert (row["user"], row["version"], row["after_cutoff"]) == ("alice", "", "1")
+    assert sorted(p.name for p in (tmp_path / "lab1").iterdir()) == ["collected.csv"]
+
+
+def test_only_an_admin_collects_and_a_student_downloads_only_her_own(
+    hub: ScaleLabUp, tmp_path: Path
+):
+    alice = server_environ(hub, "alice")["JUPYTERHUB_API_TOKEN"]
+    refused = _collect(hub, tmp_path, LAB2, token=alice)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "scalelab: error:" in refused.stderr and "admin:users" in refused.stderr
+    assert not (tmp_path / "collected").exists()
+    [v1, _v2] = _versions(hub, LAB2)
+    url = f"{hub.url}/hub/api/scalelab/users/alice/submissions/{LAB2}/{v1.name}"
+    own = requests.get(url, headers={"Authorization": f"token {alice}"}, timeout=30)
+    assert own.status_code == 200 and own.content == (v1 / f"{LAB2}.ipynb").read_bytes()
+    bad = requests.get(
+        url[: -len(v1.name)] + "..", headers={"Authorization": f"token {alice}"}, timeout=30
+    )
+    assert bad.status_code == 404
