@@ -38,6 +38,8 @@ def test_configure_installs_spawner_pages_services_once():
         *[r for r in routes if "logs" in r or "logfiles" in r],
         r"/api/scalelab/users/([^/]+)/submissions",  # hand-in (issue 33)
         r"/api/scalelab/users/([^/]+)/submissions/([^/]+)",
+        r"/api/scalelab/users/([^/]+)/submissions/([^/]+)/([^/]+)",  # one version's notebook
+        r"/api/scalelab/submissions/([^/]+)",  # collection (instructors)
     ]
     assert len(routes) == len(set(routes)) and any("logs" in r for r in routes)
     assert _services(c) == ["mine", "scalelab-gpu-monitor", "scalelab-idle-culler"]
