@@ -1,5 +1,5 @@
 """The ``scalelab`` command: ``up``, ``data fetch``, ``kernels install``, ``doctor``, ``labs``,
-``end-of-term``, ``submit``, ``submissions`` and ``collect``.
+``end-of-term``, ``submit``, ``submissions``, ``collect`` and ``autograde``.
 
 Errors that a user can fix are printed as one line, ``scalelab: error: ...``, with exit status 2
 (bad usage or configuration) or 1 (a data set could not be fetched, a labs sync stopped);
@@ -162,9 +162,47 @@ def _add_handin_parsers(sub: argparse._SubParsersAction) -> None:
         help="the hub's address, e.g. http://127.0.0.1:8000 (default: JUPYTERHUB_API_URL); the "
         "token of a hub admin in SCALELAB_HUB_TOKEN",
     )
+    grade = sub.add_parser(
+        "autograde",
+        help="grade collected hand-ins with a lab's hidden tests, one sandboxed run each",
+    )
+    grade.add_argument("collected", type=Path, help="the folder `scalelab collect` wrote")
+    grade.add_argument(
+        "instructor", type=Path, help="the lab's instructor notebook (hidden tests in it)"
+    )
+    grade.add_argument(
+        "--cell-timeout", type=float, default=300.0, help="seconds per cell (default 300)"
+    )
+    grade.add_argument(
+        "--timeout", type=float, default=1800.0, help="seconds per notebook (default 1800)"
+    )
+    grade.add_argument(
+        "--memory-mib", type=int, default=4096, help="memory of each run, MiB (default 4096)"
+    )
+    grade.add_argument(
+        "--as-user", default="nobody", help="the user each run is, under root (default nobody)"
+    )
     listing = sub.add_parser("submissions", help="list what you handed in, every version")
     listing.add_argument("lab", nargs="?", help="one lab only")
     listing.add_argument("--json", action="store_true", help="print the receipts as JSON")
+
+
+def _autograde(args: argparse.Namespace) -> int:
+    from scalelab.commands.autograde import AutogradeFailed, Sandbox, autograde
+
+    sandbox = Sandbox(
+        user=args.as_user,
+        memory_bytes=args.memory_mib << 20,
+        cell_timeout_s=args.cell_timeout,
+        run_timeout_s=args.timeout,
+    )
+    try:
+        results, table = autograde(args.collected, args.instructor, sandbox)
+    except AutogradeFailed as exc:
+        print(f"scalelab: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"Graded {len(results)} submission(s): {table}; feedback in {args.collected}/feedback")
+    return 0
 
 
 def _collect(args: argparse.Namespace) -> int:
@@ -425,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers["config-reference"] = _config_reference
     handlers["end-of-term"] = _end_of_term
     handlers["submit"] = handlers["submissions"] = handlers["collect"] = _handin
+    handlers["autograde"] = _autograde
     try:
         return handlers[args.command](args)
     except (UsageError, UpError) as exc:

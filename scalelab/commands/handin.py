@@ -89,7 +89,8 @@ def collect(
 ) -> tuple[list[dict], Path]:
     """Copy each student's version of ``lab`` (at or before ``before``: ISO 8601 or
     ``"deadline"``; None: the latest) into ``folder/<user>/<stamp>/<lab>.ipynb`` and write
-    ``folder/collected.csv`` (:data:`COLUMNS`). A version already there is not written again
+    ``folder/collected.csv`` (:data:`COLUMNS`); a new ``folder`` is made mode 0700 (it holds
+    every student's work). A version already there is not written again
     (its name is its stamp: the same bytes); nothing else in ``folder`` is touched.
 
     Returns
@@ -113,6 +114,7 @@ def collect(
         if receipt is None:
             writer.writerow([row["user"], "", "", "", "", "", "", row["after"]])
             continue
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # every student's work
         target = folder / row["user"] / receipt["stamp"] / f"{lab_of(lab)}.ipynb"
         if not target.is_file():
             content = version(api, token, row["user"], lab, receipt["stamp"])
@@ -124,7 +126,7 @@ def collect(
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
         writer.writerow([row["user"], *(receipt[c] for c in COLUMNS[1:-1]), row["after"]])
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = folder / "collected.csv"
     path.write_text(table.getvalue())
     return rows, path
