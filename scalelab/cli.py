@@ -1,5 +1,5 @@
 """The ``scalelab`` command: ``up``, ``data fetch``, ``kernels install``, ``doctor``, ``labs``,
-``end-of-term``, ``submit``, ``submissions``, ``collect`` and ``autograde``.
+``end-of-term``, ``submit``, ``submissions``, ``collect``, ``autograde`` and ``feedback``.
 
 Errors that a user can fix are printed as one line, ``scalelab: error: ...``, with exit status 2
 (bad usage or configuration) or 1 (a data set could not be fetched, a labs sync stopped);
@@ -182,6 +182,18 @@ def _add_handin_parsers(sub: argparse._SubParsersAction) -> None:
     grade.add_argument(
         "--as-user", default="nobody", help="the user each run is, under root (default nobody)"
     )
+    grade.add_argument(
+        "--return",
+        dest="return_feedback",
+        action="store_true",
+        help="then return each feedback notebook to its student through the hub (--hub, "
+        "SCALELAB_HUB_TOKEN as for collect)",
+    )
+    grade.add_argument("--hub", help="the hub's address (default: JUPYTERHUB_API_URL)")
+    feedback = sub.add_parser(
+        "feedback", help="get your feedback on a lab into your home (from your course server)"
+    )
+    feedback.add_argument("lab", help="the lab's name")
     listing = sub.add_parser("submissions", help="list what you handed in, every version")
     listing.add_argument("lab", nargs="?", help="one lab only")
     listing.add_argument("--json", action="store_true", help="print the receipts as JSON")
@@ -202,6 +214,32 @@ def _autograde(args: argparse.Namespace) -> int:
         print(f"scalelab: error: {exc}", file=sys.stderr)
         return 1
     print(f"Graded {len(results)} submission(s): {table}; feedback in {args.collected}/feedback")
+    if args.return_feedback:
+        from scalelab.commands.handin import return_all
+        from scalelab.hub_ext.labs.handin_client import HandInFailed
+
+        try:
+            users = return_all(args.collected, args.instructor.stem, hub_url=args.hub)
+        except HandInFailed as exc:
+            print(f"scalelab: error: returning the feedback stopped: {exc}", file=sys.stderr)
+            return 1
+        print(f"Returned the feedback to {len(users)} student(s) through the hub.")
+    return 0
+
+
+def _feedback(args: argparse.Namespace) -> int:
+    from scalelab.hub_ext.labs.handin_client import HandInFailed, fetch_feedback, place_feedback
+
+    try:
+        content = fetch_feedback(args.lab)
+    except HandInFailed as exc:
+        print(f"scalelab: error: {exc}", file=sys.stderr)
+        return 1
+    if content is None:
+        print(f"No feedback on {args.lab} yet.")
+        return 0
+    home = Path(os.environ.get("HOME", "~")).expanduser()
+    print(f"Your feedback on {args.lab}: {place_feedback(home, args.lab, content)}")
     return 0
 
 
@@ -464,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers["end-of-term"] = _end_of_term
     handlers["submit"] = handlers["submissions"] = handlers["collect"] = _handin
     handlers["autograde"] = _autograde
+    handlers["feedback"] = _feedback
     try:
         return handlers[args.command](args)
     except (UsageError, UpError) as exc:

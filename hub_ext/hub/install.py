@@ -56,7 +56,8 @@ def configure(c: Config) -> Config:
     - the GPU board (``/hub/scalelab/gpus``, ``/hub/api/scalelab/gpus``), the servers' GPU
       reports (``/hub/api/scalelab/users/<user>/gpu-readings``), the Spark applications'
       executor GPUs (``/hub/api/scalelab/users/<user>/spark-gpus``), the hand-in API
-      (``/hub/api/scalelab/users/<user>/submissions``) and the ops' server-log pages
+      (``/hub/api/scalelab/users/<user>/submissions``), the feedback API
+      (``/hub/api/scalelab/users/<user>/feedback``) and the ops' server-log pages
       (``/hub/scalelab/logs/...``) added to ``c.JupyterHub.extra_handlers``;
     - with ``c.DirectoryGroups`` set, the directory's groups and admins applied at every login
       (:func:`configure_directory`);
@@ -83,7 +84,14 @@ def configure(c: Config) -> Config:
         the hub exits with status 1, without a traceback.
     """
     from scalelab.common.access_log import quiet_service_requests
-    from scalelab.hub_ext.hub import gpu_board, gpu_reports, server_logs, spark_gpus, submissions
+    from scalelab.hub_ext.hub import (
+        feedback,
+        gpu_board,
+        gpu_reports,
+        server_logs,
+        spark_gpus,
+        submissions,
+    )
     from scalelab.hub_ext.services.culling import configure_culling
     from scalelab.spawner.health_metrics import register_health
     from scalelab.spawner.validation import spawner_settings
@@ -99,6 +107,7 @@ def configure(c: Config) -> Config:
         *spark_gpus.handlers(),
         *server_logs.handlers(),
         *submissions.handlers(),
+        *feedback.handlers(),
     ]
     _extend(hub, "extra_handlers", routes, same=lambda route: route[0])
     app = _running_hub()

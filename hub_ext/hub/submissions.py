@@ -199,12 +199,19 @@ class SubmissionsHandler(APIHandler):
     def _settings(self) -> HandIn:
         return HandIn(config=self.config)
 
+    #: How a refusal of the work starts (the hand-in's; the feedback's handler has its own).
+    refused = "Not handed in"
+
     async def _run(self, what: str, work: Any, *args: Any) -> Any:
+        """``work(*args)`` in a thread. A refusal is a 400 (409 for the bound on versions),
+        the store's failure a 503; ``FileNotFoundError`` is the caller's (a 404)."""
         try:
             return await asyncio.to_thread(work, *args)
         except HandInError as exc:
             status = 409 if isinstance(exc, HandInLimitError) else 400
-            raise web.HTTPError(status, f"Not handed in: {exc}") from None
+            raise web.HTTPError(status, f"{self.refused}: {exc}") from None
+        except FileNotFoundError:
+            raise
         except (OSError, RuntimeError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             self.log.error("ScaleLab %s failed in the course store: %s", what, first)

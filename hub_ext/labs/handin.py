@@ -33,6 +33,9 @@ from scalelab.common.strictconfig import StrictConfigurable
 
 #: The store's folder of the handed-in versions (written by the hub only).
 SUBMISSIONS = "submissions"
+#: The store's folder of the feedback returned to students (written by the hub only):
+#: ``feedback/<lab>/<user>/<lab>.ipynb``, the latest grading's.
+FEEDBACK = "feedback"
 #: The receipt's file name in each version's folder.
 RECEIPT = "receipt.json"
 #: How a version's folder is named: the hub's UTC time of the hand-in, to the microsecond.

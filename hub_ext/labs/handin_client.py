@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from datetime import datetime
+from pathlib import Path
 from urllib.parse import quote, urlencode
 
 #: Seconds to wait for the hub's answer (it writes the notebook to the course store).
@@ -142,3 +143,62 @@ def version(api: str, token: str, user: str, lab: str, stamp: str) -> bytes:
     """
     parts = "/".join(quote(part, safe="") for part in (user, "submissions", lab_of(lab), stamp))
     return _request("GET", f"{api.rstrip('/')}/scalelab/users/{parts}", token)
+
+
+def fetch_feedback(lab: str, environ: Mapping[str, str] = os.environ) -> bytes | None:
+    """One's feedback on ``lab`` from the hub, or None while there is none.
+
+    Raises
+    ------
+    HandInFailed
+        Not in a course server, or the hub refused or did not answer.
+    """
+    api, token, user = hub_of(environ)
+    parts = f"{quote(user, safe='')}/feedback/{quote(lab_of(lab), safe='')}"
+    try:
+        return _request("GET", f"{api}/scalelab/users/{parts}", token)
+    except HandInFailed as exc:
+        if str(exc).startswith("No feedback on"):
+            return None
+        raise
+
+
+def return_feedback(api: str, token: str, user: str, lab: str, content: bytes) -> None:
+    """Return ``content`` (a feedback notebook) to ``user`` for ``lab`` (an instructor's call:
+    ``token`` must be a hub admin's).
+
+    Raises
+    ------
+    HandInFailed
+        The hub refused or did not answer.
+    """
+    parts = f"{quote(user, safe='')}/feedback/{quote(lab_of(lab), safe='')}"
+    _request("PUT", f"{api.rstrip('/')}/scalelab/users/{parts}", token, content)
+
+
+def place_feedback(folder: Path, lab: str, content: bytes) -> Path:
+    """Write ``content`` into ``folder`` as ``<lab>-feedback.ipynb``, never over a different
+    file: the same bytes already there are that file; otherwise ``<lab>-feedback (2).ipynb``,
+    ``(3)``... (created exclusively). Returns the path.
+
+    Raises
+    ------
+    OSError
+        The folder cannot be written (full disk: the message says so).
+    """
+    from scalelab.hub_ext.labs.handin import HandInError, check_lab_name
+
+    try:
+        base = f"{check_lab_name(lab)}-feedback"
+    except HandInError as exc:
+        raise OSError(str(exc)) from None
+    for attempt in range(1, 1000):
+        path = folder / (f"{base}.ipynb" if attempt == 1 else f"{base} ({attempt}).ipynb")
+        try:
+            with path.open("xb") as handle:
+                handle.write(content)
+            return path
+        except FileExistsError:
+            if path.is_file() and path.read_bytes() == content:
+                return path
+    raise OSError(f"too many {base} (N).ipynb files in {folder}: remove some")

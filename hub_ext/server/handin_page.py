@@ -3,7 +3,8 @@
 ``GET <base_url>scalelab/handin`` lists the course's released labs, whether each is in the
 server's root folder, and the versions handed in (from the hub); ``POST`` with ``lab`` hands in
 ``<lab>.ipynb`` of the root folder through the hub's hand-in API
-(:mod:`scalelab.hub_ext.labs.handin_client`) and shows the receipt.
+(:mod:`scalelab.hub_ext.labs.handin_client`) and shows the receipt; with ``action=feedback`` it
+fetches the lab's feedback into the root folder, never over a file of the student's.
 Why: docs/design-notes.md, scalelab.hub_ext.labs.handin.
 """
 
@@ -20,7 +21,14 @@ from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from scalelab.hub_ext.labs.handin_client import HandInFailed, lab_of, receipt_line, send
+from scalelab.hub_ext.labs.handin_client import (
+    HandInFailed,
+    fetch_feedback,
+    lab_of,
+    place_feedback,
+    receipt_line,
+    send,
+)
 from scalelab.hub_ext.labs.handin_client import submissions as hub_submissions
 from scalelab.hub_ext.labs.sync import bundled_labs
 from scalelab.templates import templates_dir
@@ -51,7 +59,9 @@ class HandInPageHandler(JupyterHandler):
 
     auth_resource = "contents"
 
-    async def _render(self, receipt: dict | None = None, error: str | None = None) -> str:
+    async def _render(
+        self, receipt: dict | None = None, error: str | None = None, note: str | None = None
+    ) -> str:
         root = Path(self.settings["server_root_dir"]).expanduser()
         labs: list[str] = []
         try:
@@ -67,6 +77,7 @@ class HandInPageHandler(JupyterHandler):
             receipt=receipt_line(receipt) if receipt else None,
             path=receipt["path"] if receipt else None,
             error=error,
+            note=note,
             xsrf=self.xsrf_token.decode("ascii"),
         )
 
@@ -80,6 +91,9 @@ class HandInPageHandler(JupyterHandler):
     async def post(self) -> None:
         lab = lab_of(self.get_body_argument("lab", ""))
         root = Path(self.settings["server_root_dir"]).expanduser()
+        if self.get_body_argument("action", "hand-in") == "feedback":
+            await self._feedback(root, lab)
+            return
         try:
             released = {lab_of(name) for name in bundled_labs()}
         except OSError:
@@ -103,6 +117,22 @@ class HandInPageHandler(JupyterHandler):
             return
         self.log.info("ScaleLab: handed in %s, version %s", lab, receipt.get("version"))
         self.finish(await self._render(receipt=receipt))
+
+    async def _feedback(self, root: Path, lab: str) -> None:
+        try:
+            content = await asyncio.to_thread(fetch_feedback, lab)
+            placed = (
+                await asyncio.to_thread(place_feedback, root, lab, content) if content else None
+            )
+        except (HandInFailed, OSError) as exc:
+            self.set_status(400 if isinstance(exc, HandInFailed) else 500)
+            self.finish(await self._render(error=f"No feedback fetched: {exc}"))
+            return
+        if placed is None:
+            self.finish(await self._render(note=f"No feedback on {lab} yet."))
+            return
+        note = f"Your feedback on {lab} is in your home: {placed.relative_to(root)}"
+        self.finish(await self._render(note=note))
 
 
 def add_handin_page(serverapp: Any) -> None:

@@ -18,6 +18,7 @@ from scalelab.hub_ext.labs.handin_client import (
     collection,
     hub_of,
     lab_of,
+    return_feedback,
     send,
     version,
 )
@@ -130,3 +131,23 @@ def collect(
     path = folder / "collected.csv"
     path.write_text(table.getvalue())
     return rows, path
+
+
+def return_all(
+    folder: Path, lab: str, environ: Mapping[str, str] = os.environ, hub_url: str | None = None
+) -> list[str]:
+    """Return every ``folder/feedback/<user>/<lab>.ipynb`` (``scalelab autograde``'s) to its
+    student through the hub; the users, in name order.
+
+    Raises
+    ------
+    HandInFailed
+        The hub refused (not an admin) or did not answer: the users before it got theirs.
+    """
+    api, token = instructor_hub(environ, hub_url)
+    name = f"{lab_of(lab)}.ipynb"
+    returned = []
+    for path in sorted((folder / "feedback").glob(f"*/{name}")):
+        return_feedback(api, token, path.parent.name, lab, path.read_bytes())
+        returned.append(path.parent.name)
+    return returned

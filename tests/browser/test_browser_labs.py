@@ -66,6 +66,11 @@ def test_course_menu_opens_the_labs_page_and_its_button_brings_a_deleted_lab_bac
                 expect(receipt).to_contain_text(f"{LAB2[:-6]} version 1, handed in")
                 expect(handin.locator(f"#lab-{LAB2[:-6]}")).to_contain_text("version 1")
                 handin.screenshot(path=str(HANDIN_SCREENSHOT))
+                row = handin.locator(f"#lab-{LAB2[:-6]}")
+                row.get_by_role("button", name="Get feedback").click()  # none returned yet
+                expect(handin.locator("#handin-note")).to_have_text(
+                    f"No feedback on {LAB2[:-6]} yet."
+                )
                 [kept] = (hub.state_dir / "store/submissions" / LAB2[:-6] / "dora").iterdir()
                 assert (kept / LAB2).read_bytes() == (home / LAB2).read_bytes()
             finally:

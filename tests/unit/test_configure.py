@@ -40,6 +40,7 @@ def test_configure_installs_spawner_pages_services_once():
         r"/api/scalelab/users/([^/]+)/submissions/([^/]+)",
         r"/api/scalelab/users/([^/]+)/submissions/([^/]+)/([^/]+)",  # one version's notebook
         r"/api/scalelab/submissions/([^/]+)",  # collection (instructors)
+        r"/api/scalelab/users/([^/]+)/feedback/([^/]+)",  # feedback
     ]
     assert len(routes) == len(set(routes)) and any("logs" in r for r in routes)
     assert _services(c) == ["mine", "scalelab-gpu-monitor", "scalelab-idle-culler"]

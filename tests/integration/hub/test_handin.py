@@ -255,7 +255,43 @@ def test_only_an_admin_collects_and_a_student_downloads_only_her_own(
     url = f"{hub.url}/hub/api/scalelab/users/alice/submissions/{LAB2}/{v1.name}"
     own = requests.get(url, headers={"Authorization": f"token {alice}"}, timeout=30)
     assert own.status_code == 200 and own.content == (v1 / f"{LAB2}.ipynb").read_bytes()
-    bad = requests.get(
-        url[: -len(v1.name)] + "..", headers={"Authorization": f"token {alice}"}, timeout=30
-    )
-    assert bad.status_code == 404
+    for missing in ("latest", "20000101T000000.000000Z"):  # no stamp; no such version
+        bad = requests.get(
+            url[: -len(v1.name)] + missing, headers={"Authorization": f"token {alice}"}, timeout=30
+        )
+        assert bad.status_code == 404 and "alice has no version" in bad.json()["message"]
+
+
+def test_feedback_returned_by_an_instructor_reaches_only_its_student(
+    hub: ScaleLabUp, tmp_path: Path
+):
+    from scalelab.commands.handin import return_all
+
+    graded = tmp_path / "graded"
+    (graded / "feedback" / "alice").mkdir(parents=True)
+    feedback = _notebook(graded / "feedback" / "alice", f"{LAB2}.ipynb", "# 2 of 2 points")
+    alice = server_environ(hub, "alice")["JUPYTERHUB_API_TOKEN"]
+    base = f"{hub.url}/hub/api/scalelab/users/alice/feedback/{LAB2}"
+    # A student cannot return feedback, not even to herself.
+    forged = requests.put(base, data=b"{}", headers={"Authorization": f"token {alice}"}, timeout=30)
+    assert forged.status_code == 403, forged.text
+    none_yet = _cli(hub, "feedback", LAB2, cwd=tmp_path)
+    assert none_yet.returncode == 0 and f"No feedback on {LAB2} yet." in none_yet.stdout
+
+    env = {"SCALELAB_HUB_TOKEN": hub.token}
+    assert return_all(graded, LAB2, env, hub_url=hub.url) == ["alice"]
+    kept = hub.state_dir / "store" / "feedback"
+    assert kept.stat().st_mode & 0o777 == 0o700
+    assert (kept / LAB2 / "alice" / f"{LAB2}.ipynb").read_bytes() == feedback.read_bytes()
+
+    home = hub.state_dir / "homes" / "alice"
+    got = _cli(hub, "feedback", LAB2, cwd=tmp_path)
+    assert got.returncode == 0, got.stderr
+    placed = home / f"{LAB2}-feedback.ipynb"
+    assert f"Your feedback on {LAB2}: {placed}" in got.stdout
+    assert placed.read_bytes() == feedback.read_bytes()
+    placed.write_text("the student's own notes")  # she edits it: never overwritten
+    again = _cli(hub, "feedback", LAB2, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert placed.read_text() == "the student's own notes"
+    assert (home / f"{LAB2}-feedback (2).ipynb").read_bytes() == feedback.read_bytes()
