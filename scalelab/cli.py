@@ -199,94 +199,6 @@ def _add_handin_parsers(sub: argparse._SubParsersAction) -> None:
     listing.add_argument("--json", action="store_true", help="print the receipts as JSON")
 
 
-def _autograde(args: argparse.Namespace) -> int:
-    from scalelab.commands.autograde import AutogradeFailed, Sandbox, autograde
-
-    sandbox = Sandbox(
-        user=args.as_user,
-        memory_bytes=args.memory_mib << 20,
-        cell_timeout_s=args.cell_timeout,
-        run_timeout_s=args.timeout,
-    )
-    try:
-        results, table = autograde(args.collected, args.instructor, sandbox)
-    except AutogradeFailed as exc:
-        print(f"scalelab: error: {exc}", file=sys.stderr)
-        return 1
-    print(f"Graded {len(results)} submission(s): {table}; feedback in {args.collected}/feedback")
-    if args.return_feedback:
-        from scalelab.commands.handin import return_all
-        from scalelab.hub_ext.labs.handin_client import HandInFailed
-
-        try:
-            users = return_all(args.collected, args.instructor.stem, hub_url=args.hub)
-        except HandInFailed as exc:
-            print(f"scalelab: error: returning the feedback stopped: {exc}", file=sys.stderr)
-            return 1
-        print(f"Returned the feedback to {len(users)} student(s) through the hub.")
-    return 0
-
-
-def _feedback(args: argparse.Namespace) -> int:
-    from scalelab.hub_ext.labs.handin_client import HandInFailed, fetch_feedback, place_feedback
-
-    try:
-        content = fetch_feedback(args.lab)
-    except HandInFailed as exc:
-        print(f"scalelab: error: {exc}", file=sys.stderr)
-        return 1
-    if content is None:
-        print(f"No feedback on {args.lab} yet.")
-        return 0
-    home = Path(os.environ.get("HOME", "~")).expanduser()
-    print(f"Your feedback on {args.lab}: {place_feedback(home, args.lab, content)}")
-    return 0
-
-
-def _collect(args: argparse.Namespace) -> int:
-    from scalelab.commands.handin import collect
-
-    folder = args.to or Path("collected") / args.lab.removesuffix(".ipynb")
-    rows, table = collect(args.lab, args.before, folder, hub_url=args.hub)
-    got = [row for row in rows if row["receipt"] is not None]
-    late = sum(1 for row in got if row["receipt"]["late"])
-    after = sum(1 for row in rows if row["after"])
-    print(
-        f"Collected {args.lab} from {len(got)} of {len(rows)} student(s) into {folder} "
-        f"({late} late; {after} with versions after the cut-off); the table: {table}"
-    )
-    return 0
-
-
-def _handin(args: argparse.Namespace) -> int:
-    import json
-
-    from scalelab.commands.handin import submit
-    from scalelab.hub_ext.labs.handin_client import HandInFailed, receipt_line, submissions
-
-    try:
-        if args.command == "collect":
-            return _collect(args)
-        if args.command == "submit":
-            found = [submit(args.lab, args.notebook)]
-        else:
-            found = submissions(args.lab)
-    except HandInFailed as exc:
-        print(f"scalelab: error: {exc}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(found[0] if args.command == "submit" else found, indent=1))
-    elif args.command == "submit":
-        print(f"Handed in: {receipt_line(found[0])}")
-        print(f"Kept in the course store as {found[0]['path']}; earlier versions stay.")
-    else:
-        for receipt in found:
-            print(receipt_line(receipt))
-        if not found:
-            print("Nothing handed in yet" + (f" for {args.lab}." if args.lab else "."))
-    return 0
-
-
 def _add_end_of_term_parser(sub: argparse._SubParsersAction) -> None:
     end = sub.add_parser(
         "end-of-term",
@@ -485,6 +397,16 @@ def _kernels_install(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The hand-in commands (:mod:`scalelab.commands.handin_cli` runs them).
+HANDIN_COMMANDS = ("submit", "submissions", "collect", "autograde", "feedback")
+
+
+def _handin(args: argparse.Namespace) -> int:
+    from scalelab.commands import handin_cli
+
+    return handin_cli.run(args)
+
+
 class UsageError(Exception):
     """Bad arguments: printed as ``scalelab: error: ...``, exit status 2."""
 
@@ -500,9 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers["doctor"] = _doctor
     handlers["config-reference"] = _config_reference
     handlers["end-of-term"] = _end_of_term
-    handlers["submit"] = handlers["submissions"] = handlers["collect"] = _handin
-    handlers["autograde"] = _autograde
-    handlers["feedback"] = _feedback
+    handlers.update(dict.fromkeys(HANDIN_COMMANDS, _handin))
     try:
         return handlers[args.command](args)
     except (UsageError, UpError) as exc:
