@@ -15,7 +15,7 @@ from typing import Any
 from jupyterhub.scopes import needs_scope
 from tornado import web
 
-from scalelab.hub_ext.hub.submissions import SubmissionsHandler, make_private_folder
+from scalelab.hub_ext.hub.submissions import StoreAPIHandler, make_private_folder
 from scalelab.hub_ext.labs.handin import FEEDBACK, HandInError, check_lab_name, check_notebook
 
 
@@ -44,7 +44,7 @@ def read_feedback(store: Any, lab: str, user: str) -> bytes:
     return store.cat_file(feedback_path(lab, user))
 
 
-class FeedbackHandler(SubmissionsHandler):
+class FeedbackHandler(StoreAPIHandler):
     """Return and fetch feedback (see the module docstring)."""
 
     refused = "Feedback not returned"
@@ -58,7 +58,7 @@ class FeedbackHandler(SubmissionsHandler):
     @needs_scope("admin:users")
     async def put(self, user_name: str, lab: str) -> None:
         lab = self._lab(lab)
-        store = self._store(user_name)
+        store = await self._store(user_name)
         limit = int(self._settings().max_notebook_mib * 2**20)
         body = self.request.body
         await self._run("feedback", keep_feedback, store, lab, user_name, body, limit)
@@ -66,18 +66,15 @@ class FeedbackHandler(SubmissionsHandler):
         self.set_status(201)
 
     @needs_scope("users:activity")
-    async def get(self, user_name: str, lab: str) -> None:  # type: ignore[override]
+    async def get(self, user_name: str, lab: str) -> None:
         lab = self._lab(lab)
-        store = self._store(user_name)
+        store = await self._store(user_name)
         try:
             content = await self._run("feedback", read_feedback, store, lab, user_name)
         except FileNotFoundError:
             raise web.HTTPError(404, f"No feedback on {lab} for {user_name} yet") from None
         self.set_header("Content-Type", "application/x-ipynb+json")
         self.write(content)
-
-    async def post(self, *args: Any) -> None:
-        raise web.HTTPError(405, "Return feedback with PUT")
 
 
 def handlers() -> list[tuple[str, type]]:

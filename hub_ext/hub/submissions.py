@@ -172,8 +172,13 @@ def version_bytes(store: Any, lab: str, user: str, version: str) -> bytes:
     return store.cat_file(f"{folder}/{lab}.ipynb")
 
 
-class SubmissionsHandler(APIHandler):
-    """Hand-in and the list of versions (see the module docstring)."""
+class StoreAPIHandler(APIHandler):
+    """What the hand-in, collection and feedback handlers share: the course store with the
+    hub's own options, ``c.HandIn``, and the store's calls in a thread with their errors as
+    HTTP statuses."""
+
+    #: How a refusal of the work starts (each handler names its own).
+    refused = "Not handed in"
 
     def _spawner(self, user_name: str) -> Any:
         user = self.find_user(user_name)
@@ -181,8 +186,9 @@ class SubmissionsHandler(APIHandler):
             raise web.HTTPError(404, f"No such user: {user_name}")
         return user.spawner
 
-    def _store(self, user_name: str) -> Any:
-        return self._open(self._spawner(user_name))
+    async def _store(self, user_name: str) -> Any:
+        """The course store, from ``user_name``'s spawner's settings (opened in a thread)."""
+        return await asyncio.to_thread(self._open, self._spawner(user_name))
 
     @staticmethod
     def _open(spawner: Any) -> Any:
@@ -193,14 +199,15 @@ class SubmissionsHandler(APIHandler):
                 409, "This hub has no course store (c.ScaleLabSpawner.store_url): no hand-in"
             )
         from scalelab.store.access.fs import open_store
+        from scalelab.store.errors import StoreConfigError
 
-        return open_store(url, dict(getattr(spawner, "store_options", {}) or {}))
+        try:
+            return open_store(url, dict(getattr(spawner, "store_options", {}) or {}))
+        except StoreConfigError as exc:
+            raise web.HTTPError(409, f"The course store cannot be opened: {exc}") from None
 
     def _settings(self) -> HandIn:
         return HandIn(config=self.config)
-
-    #: How a refusal of the work starts (the hand-in's; the feedback's handler has its own).
-    refused = "Not handed in"
 
     async def _run(self, what: str, work: Any, *args: Any) -> Any:
         """``work(*args)`` in a thread. A refusal is a 400 (409 for the bound on versions),
@@ -221,6 +228,10 @@ class SubmissionsHandler(APIHandler):
                 "again in a minute, and tell the course's operators if it lasts",
             ) from None
 
+
+class SubmissionsHandler(StoreAPIHandler):
+    """Hand-in, the list of versions and a version's notebook (see the module docstring)."""
+
     @needs_scope("users:activity")
     async def post(self, user_name: str, lab: str | None = None) -> None:
         if lab is None:
@@ -239,7 +250,7 @@ class SubmissionsHandler(APIHandler):
                 f"Not handed in: the course has no lab {lab!r}; its labs are "
                 f"{', '.join(sorted(known)) or 'none yet'}",
             )
-        store = self._store(user_name)
+        store = await self._store(user_name)
         lock = _LOCKS.setdefault((user_name, lab), asyncio.Lock())
         async with lock:
             receipt = await self._run(
@@ -273,7 +284,7 @@ class SubmissionsHandler(APIHandler):
                 labs = [check_lab_name(lab)]
             except HandInError as exc:
                 raise web.HTTPError(400, str(exc)) from None
-        store = self._store(user_name)
+        store = await self._store(user_name)
         found = await self._run("listing", receipts, store, user_name, labs)
         self.write(json.dumps({"submissions": found}))
 
@@ -282,7 +293,7 @@ class SubmissionsHandler(APIHandler):
             lab = check_lab_name(lab)
         except HandInError as exc:
             raise web.HTTPError(400, str(exc)) from None
-        store = self._store(user_name)
+        store = await self._store(user_name)
         try:
             content = await self._run("download", version_bytes, store, lab, user_name, version)
         except FileNotFoundError as exc:
@@ -291,14 +302,14 @@ class SubmissionsHandler(APIHandler):
         self.write(content)
 
 
-class CollectionHandler(SubmissionsHandler):
+class CollectionHandler(StoreAPIHandler):
     """``GET /hub/api/scalelab/submissions/<lab>[?before=<ISO 8601>]`` (scope
     ``admin:users``: the course's instructors, who are the hub's admins): each student's version
     to collect, ``{"lab", "deadline", "before", "students": [{"user", "receipt", "after"}]}``.
     ``before=deadline`` takes the lab's deadline."""
 
     @needs_scope("admin:users")
-    async def get(self, lab: str) -> None:  # type: ignore[override]
+    async def get(self, lab: str) -> None:
         settings = self._settings()
         try:
             lab = check_lab_name(lab)
@@ -312,7 +323,11 @@ class CollectionHandler(SubmissionsHandler):
             before = parse_deadline(deadline if text == "deadline" else text) if text else None
         except HandInError as exc:
             raise web.HTTPError(400, f"before: {exc}") from None
-        store = self._course_store()
+        spawner_class = self.settings.get("spawner_class")
+        # The course's own settings: a spawner object made for no user reads them (never
+        # started), as the GPU pool does at the hub's start.
+        probe = spawner_class(config=self.config) if spawner_class else None
+        store = await asyncio.to_thread(self._open, probe)
         rows = await self._run("collection", collection, store, lab, before)
         self.write(
             json.dumps(
@@ -324,12 +339,6 @@ class CollectionHandler(SubmissionsHandler):
                 }
             )
         )
-
-    def _course_store(self) -> Any:
-        # The course's own settings: a spawner object made for no user reads them (never
-        # started), as the GPU pool does at the hub's start.
-        spawner_class = self.settings.get("spawner_class")
-        return self._open(spawner_class(config=self.config) if spawner_class else None)
 
 
 def handlers() -> list[tuple[str, type]]:
