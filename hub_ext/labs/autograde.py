@@ -83,12 +83,17 @@ def graded_cells(instructor: nbformat.NotebookNode) -> list[GradedCell]:
 
 
 def grading_notebook(
-    student: nbformat.NotebookNode, graded: Sequence[GradedCell]
+    student: nbformat.NotebookNode,
+    graded: Sequence[GradedCell],
+    kernelspec: Mapping | None = None,
 ) -> tuple[nbformat.NotebookNode, list[str]]:
     """The notebook to run for ``student``'s submission (a copy; pure): each graded cell's
-    source is the instructor's, outputs are cleared. Returns it and the ids of graded cells the
+    source is the instructor's, outputs are cleared, and the kernel is ``kernelspec`` (the
+    lab's: not one the student chose), when given. Returns it and the ids of graded cells the
     student's notebook lacks (deleted: they fail, with that reason)."""
     notebook = copy.deepcopy(student)
+    if kernelspec:
+        notebook.metadata["kernelspec"] = dict(kernelspec)
     by_id = {cell.get("id"): cell for cell in notebook.cells}
     missing = []
     for cell in graded:

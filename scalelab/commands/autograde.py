@@ -2,11 +2,14 @@
 hidden tests on each, one sandboxed, resource-limited, timed-out run per submission, then write
 ``grades.csv`` and a feedback notebook per student.
 
-The sandbox (when run by root, as on the course's hub): each run is a process of its own user
-(``nobody`` by default), in a network namespace of its own (only its loopback: no hub, no
-store, no other student), in a cgroup with a memory and a task limit (killed whole at the end),
-in a private folder that holds only its notebook; the collected folder and the instructor's
-notebook stay out of its reach (keep them 0700). Without root, runs are timed out only, and
+The sandbox (when run by root, as on the course's hub): each run's kernel, which runs the
+student's code, is a process of its own user (``nobody`` by default), in a private folder that
+holds only its notebook; the run (nbclient, :mod:`scalelab.commands.grade_run`) and its kernel
+are in a network namespace of their own (only its loopback: no hub, no store, no other student)
+and a cgroup with a memory and a task limit (killed whole at the end). The run stays root and
+writes its result where the kernel's user cannot, so the student's code cannot write over its
+grade. The collected folder and the instructor's notebook stay out of its reach (keep them
+0700: the command checks). Without root, runs are timed out only, and
 the command says so. Pure parts: :mod:`scalelab.hub_ext.labs.autograde`.
 Why: docs/design-notes.md, scalelab.hub_ext.labs.autograde.
 """
@@ -69,16 +72,16 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
-def _argv(folder: Path, sandbox: Sandbox) -> list[str]:
-    run = [sys.executable, "-m", "scalelab.commands.grade_run", str(folder)]
+def _argv(folder: Path, out: Path, sandbox: Sandbox) -> list[str]:
+    run = [sys.executable, "-m", "scalelab.commands.grade_run", str(folder), str(out)]
     run.append(str(sandbox.cell_timeout_s))
     if not _is_root():
         return run
     entry = pwd.getpwnam(sandbox.user)
-    drop = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups"]
+    run += [str(entry.pw_uid), str(entry.pw_gid)]  # the kernel's user; the run stays root
     # A network namespace of its own, its loopback up (a kernel and a Spark driver use it).
     script = 'ip link set lo up && exec "$@"'
-    return ["unshare", "--net", "--", "sh", "-c", script, "sh", *drop, "--", *run]
+    return ["unshare", "--net", "--", "sh", "-c", script, "sh", *run]
 
 
 def _environment(folder: Path) -> dict[str, str]:
@@ -107,7 +110,8 @@ def run_submission(
 ) -> tuple[nbformat.NotebookNode, dict | None]:
     """Run ``notebook`` in a sandbox of its own (see the module docstring); the executed
     notebook (what ran of it) and what stopped the run (``{"reason"}``) or None."""
-    folder = Path(tempfile.mkdtemp(prefix="scalelab-grade-"))
+    folder = Path(tempfile.mkdtemp(prefix="scalelab-grade-"))  # the kernel's
+    out = Path(tempfile.mkdtemp(prefix="scalelab-graded-"))  # the run's result: root's, 0700
     group = _cgroup(name, sandbox)
     process: subprocess.Popen | None = None
     try:
@@ -120,7 +124,7 @@ def run_submission(
                 os.chown(path, entry.pw_uid, entry.pw_gid)
         join = group.join_paths() if group is not None else []
         process = subprocess.Popen(
-            _argv(folder, sandbox),
+            _argv(folder, out, sandbox),
             cwd=folder,
             env=_environment(folder),
             stdin=subprocess.DEVNULL,
@@ -131,41 +135,93 @@ def run_submission(
         )
         try:
             process.wait(timeout=sandbox.run_timeout_s + GRACE_S)
+            timed_out = False
         except subprocess.TimeoutExpired:
+            timed_out = True
+        memory = read_memory_events(group.memory_path) if group is not None else None
+        # Everything the run started ends before its result is read: a process the student's
+        # code left behind cannot write over it any more.
+        if group is not None:
+            group.end()
+        else:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+        if timed_out:
             stop = {"reason": f"timed out: the notebook ran over {sandbox.run_timeout_s:g} s"}
         else:
-            stop_path = folder / "stop.json"
-            stop = (
-                json.loads(stop_path.read_text())
-                if stop_path.exists()
-                else {"reason": "the run ended without its result (killed: memory or tasks)"}
-            )
-        if stop is not None and group is not None:
-            memory = read_memory_events(group.memory_path)
+            stop = read_stop(out / "stop.json")
+        if stop is not None and memory is not None:
             if memory.oom_kills:
                 limit = (memory.limit_bytes or sandbox.memory_bytes) >> 20
                 reason = f"over the memory limit ({limit} MiB): the kernel was killed"
                 stop = {**stop, "reason": reason}
             elif stop["reason"].startswith("the kernel died"):
                 stop = {**stop, "reason": "the kernel died: the code ended it or crashed it"}
-        executed_path = folder / "executed.ipynb"
-        executed = nbformat.read(executed_path, 4) if executed_path.exists() else notebook
+        executed, problem = read_executed(out / "executed.ipynb", notebook)
+        if problem is not None:
+            stop = {"reason": problem}
         return executed, stop
     finally:
         if group is not None:
-            group.end()  # whatever the run left, killed
+            group.end()  # whatever the run left, killed (again, if it failed half-way)
         elif process is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
         shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
+
+
+#: Bytes of a run's executed notebook read back, at most (the student's outputs included).
+MAX_EXECUTED_BYTES = 256 << 20
+
+
+def read_stop(path: Path) -> dict | None:
+    """The run's ``stop.json`` (written in the sandbox, so checked): None (it ran to its end),
+    or ``{"reason": str, "index": int}``; a missing or malformed one is a stop of its own."""
+    try:
+        stop = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {"reason": "the run ended without its result (killed: memory or tasks)"}
+    except (OSError, ValueError):
+        return {"reason": "the run's result was unreadable (the notebook's code wrote over it)"}
+    if stop is None:
+        return None
+    if (
+        not isinstance(stop, dict)
+        or not isinstance(stop.get("reason"), str)
+        or not isinstance(stop.get("index", 0), int)
+    ):
+        return {"reason": "the run's result was unreadable (the notebook's code wrote over it)"}
+    return {"reason": stop["reason"][:300], "index": stop.get("index", 0)}
+
+
+def read_executed(
+    path: Path, fallback: nbformat.NotebookNode
+) -> tuple[nbformat.NotebookNode, str | None]:
+    """The run's executed notebook (written in the sandbox, so checked), or ``fallback`` (the
+    notebook as it was to run: nothing counts as run) and why."""
+    try:
+        if path.stat().st_size > MAX_EXECUTED_BYTES:
+            return fallback, f"the run's notebook is over {MAX_EXECUTED_BYTES >> 20} MiB"
+        executed = nbformat.read(path, as_version=4)
+    except FileNotFoundError:
+        return fallback, None
+    except (OSError, ValueError) as exc:
+        return fallback, f"the run's notebook was unreadable ({type(exc).__name__})"
+    ids = [cell.get("id") for cell in executed.cells]
+    if ids != [cell.get("id") for cell in fallback.cells]:
+        return fallback, "the run's notebook is not the one that ran (its cells differ)"
+    return executed, None
 
 
 def readable_by(user: str, path: Path) -> bool:
-    """Whether ``user`` (a system user; the caller is root) can read ``path``: asked of the
-    kernel itself, by a process of that user (``setpriv``, ``test -r``)."""
+    """Whether ``user`` (a system user; the caller is root) can read ``path``, or enter it if
+    it is a folder: asked of the kernel itself, by a process of that user (``setpriv``,
+    ``test``)."""
     entry = pwd.getpwnam(user)
     drop = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups"]
-    done = subprocess.run([*drop, "--", "test", "-r", str(path)], check=False, timeout=60)
+    test = ["test", "-r", str(path), "-o", "-d", str(path), "-a", "-x", str(path)]
+    done = subprocess.run([*drop, "--", *test], check=False, timeout=60)
     return done.returncode == 0
 
 
@@ -179,6 +235,8 @@ def _stop_at(executed: nbformat.NotebookNode, stop: dict | None) -> Stop | None:
         for index, cell in enumerate(executed.cells)
         if cell.cell_type == "code" and cell.get("execution_count") is not None
     ]
+    if "index" not in stop and not started:
+        return Stop(0, stop["reason"])  # nothing is known to have run
     index = stop.get("index", started[-1] if started else 0)
     label = cell_label(index, executed.cells[index].get("id")) if executed.cells else "cell 1"
     return Stop(index, f"{stop['reason']}, in {label}")
@@ -209,7 +267,9 @@ def autograde(
     if not table.is_file():
         raise AutogradeFailed(f"no {table}: run `scalelab collect <lab> --to {collected}` first")
     try:
-        graded = graded_cells(nbformat.read(instructor, as_version=4))
+        source = nbformat.read(instructor, as_version=4)
+        graded = graded_cells(source)
+        kernelspec = dict(source.metadata.get("kernelspec", {}))  # the lab's, not the student's
     except (OSError, ValueError) as exc:
         raise AutogradeFailed(f"cannot read the graded cells of {instructor}: {exc}") from None
     if not graded:
@@ -234,7 +294,7 @@ def autograde(
     for row in rows:
         user, stamp = row["user"], row["stamp"]
         submission = nbformat.read(collected / user / stamp / f"{lab}.ipynb", as_version=4)
-        notebook, missing = grading_notebook(submission, graded)
+        notebook, missing = grading_notebook(submission, graded, kernelspec)
         executed, stop = run_submission(notebook, f"{user}-{stamp}".replace(".", "-"), sandbox)
         grades = grade(executed, graded, missing, _stop_at(executed, stop))
         feedback = collected / "feedback" / user / f"{lab}.ipynb"

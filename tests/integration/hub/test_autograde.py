@@ -27,6 +27,13 @@ from scalelab.hub_ext.labs.release import student_version
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root")
 
 ADD = "def add(a, b):\n    return a + b"
+#: Code that keeps writing a result of its own wherever a run's result could be.
+FORGES = (
+    "import glob, subprocess\n"
+    "script = 'while true; do for d in /tmp/scalelab-grade*; do "
+    "echo forged > $d/executed.ipynb; echo forged > $d/stop.json; done; done'\n"
+    "subprocess.Popen(['sh', '-c', script], start_new_session=True)\n"
+)
 MUL = "def mul(a, b):\n    return a * b"
 
 
@@ -95,6 +102,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory):
         "erin": _answered(released, ADD, "import os\nos._exit(3)"),
         "frank": _answered(released, ADD, "hog = b'x' * (2 << 30)\n" + MUL),
         "gina": _answered(released, reaches + ADD, MUL),
+        "hank": _answered(released, ADD, FORGES + MUL),  # tries to write over its grade
     }  # fmt: skip
     rows = []
     for second, (user, notebook) in enumerate(submissions.items()):
@@ -131,7 +139,7 @@ def test_the_reference_answers_get_full_marks_and_the_released_version_none(grad
     )  # fmt: skip
     assert (grades["bob"]["points"], grades["bob"]["failed"]) == ("0", "2")
     assert "NotImplementedError" in grades["bob"]["reason"]
-    assert "Graded 7 submission(s)" in out
+    assert "Graded 8 submission(s)" in out
     # The feedback notebook opens with the grade, and the hidden tests ran in it.
     first = nbformat.read(collected / "feedback/alice/small_lab.ipynb", as_version=4).cells[0]
     assert "**Autograded: 2 of 2 points.**" in first.source
@@ -183,3 +191,8 @@ def test_solutions_or_submissions_the_runs_could_read_are_refused_first(tmp_path
         assert not (tmp_path / "grades.csv").exists()
     finally:
         shutil.rmtree(shared)
+
+
+def test_a_run_cannot_write_over_its_own_grade(graded):
+    _collected, grades, _out = graded
+    assert (grades["hank"]["points"], grades["hank"]["reason"]) == ("2", "")
