@@ -109,3 +109,35 @@ def test_the_feedback_opens_with_the_grade_and_each_cell_s_result():
     assert "| cell 3 (id tests) | 1 / 1 | passed |" in first.source
     assert "| cell 4 (id more) | 0 / 2.5 | AssertionError: a \\| b |" in first.source
     assert len(feedback.cells) == len(executed.cells) + 1
+
+
+def test_a_run_s_result_written_in_the_sandbox_is_checked(tmp_path):
+    from scalelab.commands.autograde import MAX_EXECUTED_BYTES, read_executed, read_stop
+
+    stop = tmp_path / "stop.json"
+    assert read_stop(stop)["reason"].startswith("the run ended without its result")
+    stop.write_text("null")
+    assert read_stop(stop) is None
+    stop.write_text('{"reason": "timed out", "index": 3}')
+    assert read_stop(stop) == {"reason": "timed out", "index": 3}
+    for forged in ("forged", '{"reason": 5}', '{"reason": "x", "index": "9"}', "[1]"):
+        stop.write_text(forged)
+        assert "unreadable" in read_stop(stop)["reason"], forged
+
+    ran = _lab()
+    path = tmp_path / "executed.ipynb"
+    assert read_executed(path, ran) == (ran, None)  # none written: nothing ran
+    nbformat.write(ran, path)
+    assert read_executed(path, ran)[1] is None
+    other = _lab()
+    other.cells[0].id = "something-else"
+    nbformat.write(other, path)
+    assert read_executed(path, ran) == (
+        ran,
+        "the run's notebook is not the one that ran (its cells differ)",
+    )
+    path.write_text("forged")
+    assert read_executed(path, ran)[1].startswith("the run's notebook was unreadable")
+    with path.open("wb") as handle:
+        handle.truncate(MAX_EXECUTED_BYTES + 1)
+    assert "over 256 MiB" in read_executed(path, ran)[1]
