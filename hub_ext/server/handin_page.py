@@ -111,9 +111,13 @@ class HandInPageHandler(JupyterHandler):
             message = f"There is no {notebook.name} in your home: save the lab there first."
             self.finish(await self._render(error=message))
             return
-        except (HandInFailed, OSError) as exc:
-            self.set_status(400 if isinstance(exc, HandInFailed) else 500)
-            self.finish(await self._render(error=f"Not handed in: {exc}"))
+        except HandInFailed as exc:  # the hub's message says "Not handed in: ..." itself
+            self.set_status(400)
+            self.finish(await self._render(error=str(exc)))
+            return
+        except OSError as exc:
+            self.set_status(500)
+            self.finish(await self._render(error=f"Not handed in: {notebook.name}: {exc}"))
             return
         self.log.info("ScaleLab: handed in %s, version %s", lab, receipt.get("version"))
         self.finish(await self._render(receipt=receipt))
