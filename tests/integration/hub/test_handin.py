@@ -295,3 +295,20 @@ def test_feedback_returned_by_an_instructor_reaches_only_its_student(
     assert again.returncode == 0, again.stderr
     assert placed.read_text() == "the student's own notes"
     assert (home / f"{LAB2}-feedback (2).ipynb").read_bytes() == feedback.read_bytes()
+
+
+def test_the_hand_in_page_refuses_a_lab_of_no_course_by_name(hub: ScaleLabUp):
+    def post(**form: str) -> requests.Response:
+        return requests.post(
+            f"{hub.url}/user/alice/scalelab/handin",
+            data=form,
+            headers=hub.auth,
+            timeout=60,
+        )
+
+    page = requests.get(f"{hub.url}/user/alice/scalelab/handin", headers=hub.auth, timeout=60)
+    assert page.status_code == 200 and f'id="lab-{LAB4}"' in page.text
+    nope = post(lab="../nope")
+    assert nope.status_code == 400 and "&#39;../nope&#39; is not one of the course" in nope.text
+    none_yet = post(lab=LAB1, action="feedback")
+    assert none_yet.status_code == 200 and f"No feedback on {LAB1} yet." in none_yet.text
