@@ -56,7 +56,8 @@ def configure(c: Config) -> Config:
     - the GPU board (``/hub/scalelab/gpus``, ``/hub/api/scalelab/gpus``), the servers' GPU
       reports (``/hub/api/scalelab/users/<user>/gpu-readings``), the Spark applications'
       executor GPUs (``/hub/api/scalelab/users/<user>/spark-gpus``), the hand-in API
-      (``/hub/api/scalelab/users/<user>/submissions``), the feedback API
+      (``/hub/api/scalelab/users/<user>/submissions``), the instructors' view of the hand-ins
+      (``/hub/scalelab/submissions``), the feedback API
       (``/hub/api/scalelab/users/<user>/feedback``) and the ops' server-log pages
       (``/hub/scalelab/logs/...``) added to ``c.JupyterHub.extra_handlers``;
     - with ``c.DirectoryGroups`` set, the directory's groups and admins applied at every login
@@ -91,6 +92,7 @@ def configure(c: Config) -> Config:
         server_logs,
         spark_gpus,
         submissions,
+        submissions_page,
     )
     from scalelab.hub_ext.services.culling import configure_culling
     from scalelab.spawner.health_metrics import register_health
@@ -108,6 +110,7 @@ def configure(c: Config) -> Config:
         *server_logs.handlers(),
         *submissions.handlers(),
         *feedback.handlers(),
+        *submissions_page.handlers(),
     ]
     _extend(hub, "extra_handlers", routes, same=lambda route: route[0])
     app = _running_hub()

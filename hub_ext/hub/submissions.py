@@ -129,9 +129,7 @@ def receipts(store: Any, user: str, labs: Collection[str] | None = None) -> list
     lab in the store). A version folder without its receipt (a hand-in cut short) is left out.
     """
     if labs is None:
-        if not store.exists(SUBMISSIONS):
-            return []
-        labs = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in store.ls(SUBMISSIONS, detail=False))
+        labs = labs_in(store)
     found = []
     for lab in labs:
         folder = user_folder(lab, user)
@@ -146,16 +144,25 @@ def receipts(store: Any, user: str, labs: Collection[str] | None = None) -> list
 def collection(store: Any, lab: str, before: datetime | None) -> list[dict]:
     """Every student's version of ``lab`` to collect (see
     :func:`~scalelab.hub_ext.labs.handin.chosen_version`), students in name order: ``{"user",
-    "receipt" (None: none at or before ``before``), "after" (versions after it)}``."""
+    "receipt" (None: none at or before ``before``), "after" (versions after it), "versions"
+    (all of them)}``."""
     folder = f"{SUBMISSIONS}/{lab}"
     if not store.exists(folder):
         return []
     users = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in store.ls(folder, detail=False))
     rows = []
     for user in users:
-        chosen, after = chosen_version(receipts(store, user, [lab]), before)
-        rows.append({"user": user, "receipt": chosen, "after": after})
+        found = receipts(store, user, [lab])
+        chosen, after = chosen_version(found, before)
+        rows.append({"user": user, "receipt": chosen, "after": after, "versions": len(found)})
     return rows
+
+
+def labs_in(store: Any) -> list[str]:
+    """The labs that have hand-ins in ``store``, in name order."""
+    if not store.exists(SUBMISSIONS):
+        return []
+    return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in store.ls(SUBMISSIONS, detail=False))
 
 
 def version_bytes(store: Any, lab: str, user: str, version: str) -> bytes:
@@ -172,10 +179,10 @@ def version_bytes(store: Any, lab: str, user: str, version: str) -> bytes:
     return store.cat_file(f"{folder}/{lab}.ipynb")
 
 
-class StoreAPIHandler(APIHandler):
-    """What the hand-in, collection and feedback handlers share: the course store with the
-    hub's own options, ``c.HandIn``, and the store's calls in a thread with their errors as
-    HTTP statuses."""
+class StoreAccess:
+    """What the hand-in, collection, feedback and instructors' handlers share (a mixin of
+    JupyterHub handlers): the course store with the hub's own options, ``c.HandIn``, and the
+    store's calls in a thread with their errors as HTTP statuses."""
 
     #: How a refusal of the work starts (each handler names its own).
     refused = "Not handed in"
@@ -206,6 +213,13 @@ class StoreAPIHandler(APIHandler):
         except StoreConfigError as exc:
             raise web.HTTPError(409, f"The course store cannot be opened: {exc}") from None
 
+    async def _course_store(self) -> Any:
+        """The course store from the course's own settings: a spawner object made for no user
+        reads them (never started), as the GPU pool does at the hub's start."""
+        spawner_class = self.settings.get("spawner_class")
+        probe = spawner_class(config=self.config) if spawner_class else None
+        return await asyncio.to_thread(self._open, probe)
+
     def _settings(self) -> HandIn:
         return HandIn(config=self.config)
 
@@ -227,6 +241,10 @@ class StoreAPIHandler(APIHandler):
                 f"The course store did not take the {what} ({first}); nothing was lost: try "
                 "again in a minute, and tell the course's operators if it lasts",
             ) from None
+
+
+class StoreAPIHandler(StoreAccess, APIHandler):
+    """A JupyterHub API handler with :class:`StoreAccess`."""
 
 
 class SubmissionsHandler(StoreAPIHandler):
@@ -323,11 +341,7 @@ class CollectionHandler(StoreAPIHandler):
             before = parse_deadline(deadline if text == "deadline" else text) if text else None
         except HandInError as exc:
             raise web.HTTPError(400, f"before: {exc}") from None
-        spawner_class = self.settings.get("spawner_class")
-        # The course's own settings: a spawner object made for no user reads them (never
-        # started), as the GPU pool does at the hub's start.
-        probe = spawner_class(config=self.config) if spawner_class else None
-        store = await asyncio.to_thread(self._open, probe)
+        store = await self._course_store()
         rows = await self._run("collection", collection, store, lab, before)
         self.write(
             json.dumps(

@@ -41,6 +41,7 @@ def test_configure_installs_spawner_pages_services_once():
         r"/api/scalelab/users/([^/]+)/submissions/([^/]+)/([^/]+)",  # one version's notebook
         r"/api/scalelab/submissions/([^/]+)",  # collection (instructors)
         r"/api/scalelab/users/([^/]+)/feedback/([^/]+)",  # feedback
+        r"/scalelab/submissions",  # the instructors' view of the hand-ins
     ]
     assert len(routes) == len(set(routes)) and any("logs" in r for r in routes)
     assert _services(c) == ["mine", "scalelab-gpu-monitor", "scalelab-idle-culler"]

@@ -160,3 +160,25 @@ def test_the_version_collected_is_the_latest_at_or_before_the_cut_off():
     assert chosen_version(shuffled, times[1] - timedelta(microseconds=1)) == (receipts[0], 2)
     assert chosen_version(shuffled, times[0] - timedelta(seconds=1)) == (None, 3)
     assert chosen_version([], None) == (None, 0)
+
+
+def test_the_instructors_view_has_every_student_and_who_left_since():
+    from scalelab.hub_ext.hub.submissions_page import rows_csv, view_rows
+
+    receipt = {"version": 2, "submitted_at": "2027-01-15T22:00:00+00:00", "late": True}
+    handed = [
+        {"user": "bob", "receipt": receipt, "after": 0, "versions": 2},
+        {"user": "gone", "receipt": None, "after": 1, "versions": 1},  # only after a cut-off
+    ]
+    rows = view_rows(["carol", "bob"], handed)
+    assert [(r["user"], r["versions"], r["latest"], r["late"]) for r in rows] == [
+        ("bob", 2, 2, True),
+        ("carol", 0, None, None),
+        ("gone", 1, None, None),
+    ]
+    assert rows_csv(rows).splitlines() == [
+        "user,versions,latest,submitted_at,late",
+        "bob,2,2,2027-01-15T22:00:00+00:00,True",
+        "carol,0,,,",
+        "gone,1,,,",
+    ]

@@ -5,6 +5,7 @@ keep nothing and change nothing. The JupyterLab Course menu's hand-in is not bui
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -15,8 +16,9 @@ import nbformat
 import pytest
 import requests
 
-from tests.support.hubproc import ScaleLabUp, running, server_environ
+from tests.support.hubproc import ScaleLabUp, get_as, running, server_environ
 
+OPS_PASSWORD = "ops-" + "z" * 40
 LAB1 = "lab1_millionsong_regression"
 LAB2 = "lab2_fashion_mnist_convnet"
 LAB4 = "lab4_the_course_s_own"  # released into the servers' SCALELAB_LABS_DIR, no deadline
@@ -27,6 +29,8 @@ DEADLINES = (
     "    'project': '2999-06-30T23:59:00+02:00',\n"  # a lab the course adds by its deadline
     "}\n"
     "c.HandIn.max_versions = 3\n"
+    "c.Authenticator.admin_users = {'ops'}\n"  # the course's instructor
+    f"c.SharedPasswordAuthenticator.admin_password = {OPS_PASSWORD!r}\n"
 )
 
 
@@ -312,3 +316,26 @@ def test_the_hand_in_page_refuses_a_lab_of_no_course_by_name(hub: ScaleLabUp):
     assert nope.status_code == 400 and "&#39;../nope&#39; is not one of the course" in nope.text
     none_yet = post(lab=LAB1, action="feedback")
     assert none_yet.status_code == 200 and f"No feedback on {LAB1} yet." in none_yet.text
+
+
+def test_the_instructors_view_lists_every_student_and_a_csv(hub: ScaleLabUp):
+    import csv
+
+    page = get_as(hub, "ops", OPS_PASSWORD, "/hub/scalelab/submissions", params={"lab": LAB2})
+    assert page.status_code == 200, page.text
+    assert LAB1 in page.text and "project" in page.text  # the labs: deadlines and hand-ins
+    alice_row = page.text.split('id="row-alice"')[1].split("</tr>")[0]
+    assert "<td>2</td>" in alice_row and "on time" in alice_row
+    bob_row = page.text.split('id="row-bob"')[1].split("</tr>")[0]
+    assert "not handed in" in bob_row  # bob handed in other labs, not this one
+    query = {"lab": LAB1, "format": "csv"}
+    table = get_as(hub, "ops", OPS_PASSWORD, "/hub/scalelab/submissions", params=query)
+    assert table.headers["Content-Type"].startswith("text/csv"), table.text
+    rows = {row["user"]: row for row in csv.DictReader(io.StringIO(table.text))}
+    assert (rows["alice"]["versions"], rows["alice"]["latest"], rows["alice"]["late"]) == (
+        "1", "1", "True",
+    )  # fmt: skip
+    assert (rows["bob"]["versions"], rows["bob"]["submitted_at"]) == ("0", "")
+    assert "ops" not in rows  # an admin is no student
+    refused = get_as(hub, "alice", hub.password, "/hub/scalelab/submissions")
+    assert refused.status_code == 403 and 'id="row-bob"' not in refused.text
