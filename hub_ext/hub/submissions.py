@@ -78,7 +78,7 @@ def known_labs(settings: HandIn, labs_dir: str | None) -> set[str]:
     from scalelab.hub_ext.labs.sync import bundled_labs
 
     try:
-        released = {name[: -len(".ipynb")] for name in bundled_labs(labs_dir)}
+        released = {name.removesuffix(".ipynb") for name in bundled_labs(labs_dir)}
     except OSError:
         released = set()
     return released | set(settings.deadlines)
@@ -114,14 +114,15 @@ def hand_in(
     return receipt.as_dict()
 
 
-def _stamps(store: Any, folder: str) -> list[str]:
+def _names(store: Any, folder: str) -> list[str]:
+    """The names of what ``folder`` holds in ``store``, in name order (none: it is missing)."""
     if not store.exists(folder):
         return []
-    return sorted(
-        name
-        for name in (p.rstrip("/").rsplit("/", 1)[-1] for p in store.ls(folder, detail=False))
-        if is_stamp(name)
-    )
+    return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in store.ls(folder, detail=False))
+
+
+def _stamps(store: Any, folder: str) -> list[str]:
+    return [name for name in _names(store, folder) if is_stamp(name)]
 
 
 def receipts(store: Any, user: str, labs: Collection[str] | None = None) -> list[dict]:
@@ -146,12 +147,8 @@ def collection(store: Any, lab: str, before: datetime | None) -> list[dict]:
     :func:`~scalelab.hub_ext.labs.handin.chosen_version`), students in name order: ``{"user",
     "receipt" (None: none at or before ``before``), "after" (versions after it), "versions"
     (all of them)}``."""
-    folder = f"{SUBMISSIONS}/{lab}"
-    if not store.exists(folder):
-        return []
-    users = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in store.ls(folder, detail=False))
     rows = []
-    for user in users:
+    for user in _names(store, f"{SUBMISSIONS}/{lab}"):
         found = receipts(store, user, [lab])
         chosen, after = chosen_version(found, before)
         rows.append({"user": user, "receipt": chosen, "after": after, "versions": len(found)})
@@ -160,9 +157,7 @@ def collection(store: Any, lab: str, before: datetime | None) -> list[dict]:
 
 def labs_in(store: Any) -> list[str]:
     """The labs that have hand-ins in ``store``, in name order."""
-    if not store.exists(SUBMISSIONS):
-        return []
-    return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in store.ls(SUBMISSIONS, detail=False))
+    return _names(store, SUBMISSIONS)
 
 
 def version_bytes(store: Any, lab: str, user: str, version: str) -> bytes:

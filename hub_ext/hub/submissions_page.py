@@ -70,8 +70,7 @@ class SubmissionsPageHandler(StoreAccess, BaseHandler):
             except HandInError as exc:
                 raise web.HTTPError(400, str(exc)) from None
         handed = await self._run("listing", collection, store, lab, None) if lab else []
-        admins = {u.name for u in self.db.query(orm.User) if u.admin}
-        students = [u.name for u in self.db.query(orm.User) if u.name not in admins]
+        students = [u.name for u in self.db.query(orm.User) if not u.admin]
         rows = view_rows(students, handed)
         if self.get_argument("format", "") == "csv":
             self.set_header("Content-Type", "text/csv; charset=utf-8")

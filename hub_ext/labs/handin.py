@@ -131,7 +131,7 @@ def check_lab_name(lab: str) -> str:
         Empty, too long (over 100 characters), or with characters other than letters, digits,
         ``_``, ``.`` and ``-`` (a path, ``..``).
     """
-    name = lab[: -len(".ipynb")] if lab.endswith(".ipynb") else lab
+    name = lab.removesuffix(".ipynb")
     if not _LAB.fullmatch(name) or ".." in name:
         raise HandInError(
             f"{lab!r} does not name a lab: use the lab notebook's file name, such as "

@@ -71,7 +71,7 @@ def _request(method: str, url: str, token: str, body: bytes | None = None) -> by
 
 def lab_of(name: str) -> str:
     """``name`` without a trailing ``.ipynb``."""
-    return name[: -len(".ipynb")] if name.endswith(".ipynb") else name
+    return name.removesuffix(".ipynb")
 
 
 def send(lab: str, content: bytes, environ: Mapping[str, str] = os.environ) -> dict:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import nbformat
 
+from scalelab.commands.grade_run import setpriv
 from scalelab.common.memory_cgroup import read_memory_events
 from scalelab.hub_ext.labs.autograde import (
     CellGrade,
@@ -219,9 +220,8 @@ def readable_by(user: str, path: Path) -> bool:
     it is a folder: asked of the kernel itself, by a process of that user (``setpriv``,
     ``test``)."""
     entry = pwd.getpwnam(user)
-    drop = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups"]
     test = ["test", "-r", str(path), "-o", "-d", str(path), "-a", "-x", str(path)]
-    done = subprocess.run([*drop, "--", *test], check=False, timeout=60)
+    done = subprocess.run([*setpriv(entry.pw_uid, entry.pw_gid), *test], check=False, timeout=60)
     return done.returncode == 0
 
 

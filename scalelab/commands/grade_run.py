@@ -19,6 +19,11 @@ from pathlib import Path
 from typing import Any
 
 
+def setpriv(uid: int, gid: int) -> list[str]:
+    """The command prefix that runs what follows as ``uid``/``gid`` without other groups."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+
+
 def _kernel_manager(kernel: str, user: tuple[int, int] | None) -> Any:
     """A jupyter_client kernel manager (the asynchronous one nbclient drives) for ``kernel``
     whose kernel runs as ``user`` (uid, gid), with its connection file given to that user (it
@@ -32,8 +37,7 @@ def _kernel_manager(kernel: str, user: tuple[int, int] | None) -> Any:
     class UserKernelManager(AsyncKernelManager):
         def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
             command = super().format_kernel_cmd(extra_arguments)
-            drop = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
-            return [*drop, *command]
+            return [*setpriv(uid, gid), *command]
 
         def write_connection_file(self, **kwargs: Any) -> tuple[str, dict]:
             written = super().write_connection_file(**kwargs)
